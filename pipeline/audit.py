@@ -1,0 +1,269 @@
+"""Audit one session: reader + tree + per-session figures. Pure.
+
+:func:`audit_session` turns a stream of physical lines into a :class:`SessionAudit`:
+the session's integrity row (one row of ``integrity/sessions``) and its findings (rows
+of ``integrity/findings``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from pipeline.layout import SessionKey, cwd_hash
+from pipeline.reader import Entry, read_ledger
+from pipeline.tree import Node, TreeIndex
+from pipeline.types import Code, Finding, Severity, Status
+
+Usage = tuple[int, int, int, int]  # input, output, cache read, cache creation
+_ZERO: Usage = (0, 0, 0, 0)
+USAGE_KINDS = ("input", "output", "cache_read", "cache_creation")
+
+
+def usage_of(obj: Any) -> Usage | None:
+    """Read a ``usage`` object; ``None`` unless it has integer token counts."""
+    if not isinstance(obj, dict):
+        return None
+    vals = []
+    for key in ("input_tokens", "output_tokens", "cache_read_input_tokens",
+                "cache_creation_input_tokens"):
+        v = obj.get(key, 0)
+        if v is None:
+            v = 0
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            return None
+        vals.append(v)
+    return vals[0], vals[1], vals[2], vals[3]
+
+
+def _add(a: Usage, b: Usage) -> Usage:
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]
+
+
+@dataclass(slots=True)
+class _Request:
+    """Info kept on an assistant-message node."""
+
+    usage: Usage | None
+
+
+@dataclass(slots=True)
+class _Receipt:
+    """Info kept on a receipt node."""
+
+    winning: Usage | None
+    billed: Usage
+    attempts: int
+    failed: int
+
+
+class _Directive:
+    """Marker info for a directive (a user message that starts a turn)."""
+
+    __slots__ = ()
+
+
+_DIRECTIVE = _Directive()
+
+
+def is_directive(entry: Entry) -> bool:
+    """Whether a message starts a turn: user role, no control tag, text, no tool_result."""
+    if entry.role != "user" or entry.meta.get("control"):
+        return False
+    types = {b.get("type") for b in entry.content}
+    return "text" in types and "tool_result" not in types
+
+
+def _receipt_info(entry: Entry) -> _Receipt:
+    attempts = entry.data.get("attempts")
+    attempts = attempts if isinstance(attempts, list) else []
+    winning_ordinal = entry.data.get("winning_attempt")
+    billed, winning, failed = _ZERO, None, 0
+    for att in attempts:
+        if not isinstance(att, dict):
+            continue
+        u = usage_of(att.get("usage"))
+        if u is not None:
+            billed = _add(billed, u)
+        if att.get("settlement") != "ok":
+            failed += 1
+        if winning_ordinal is not None and att.get("ordinal") == winning_ordinal:
+            winning = u
+    return _Receipt(winning, billed, len(attempts), failed)
+
+
+def _node_info(entry: Entry) -> Any:
+    if entry.kind == "message":
+        role = entry.role
+        if role == "assistant":
+            return _Request(usage_of(entry.meta.get("usage")))
+        if role == "user" and is_directive(entry):
+            return _DIRECTIVE
+    elif entry.kind == "receipt":
+        return _receipt_info(entry)
+    return None
+
+
+def ts_nanos(ts: str | None) -> int | None:
+    """Nanoseconds since the epoch of an RFC 3339 ``...Z`` timestamp, or ``None``."""
+    if not ts:
+        return None
+    try:
+        base = datetime.fromisoformat(ts[:19]).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    frac = ts[20:-1] if len(ts) > 20 and ts[19] == "." else ""
+    return int(base.timestamp()) * 1_000_000_000 + int(frac.ljust(9, "0") or 0)
+
+
+@dataclass(slots=True)
+class SessionAudit:
+    """The result of auditing one session: its row and its findings."""
+
+    row: dict[str, Any]
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _header_fields(entry: Entry) -> dict[str, Any]:
+    contract = entry.data.get("contract")
+    contract = contract if isinstance(contract, dict) else {}
+
+    def text(v: Any) -> str | None:
+        return v if isinstance(v, str) else None
+
+    return {
+        "session_id": text(entry.data.get("session_id")),
+        "cwd": text(entry.data.get("cwd")),
+        "model": text(contract.get("model")),
+        "provider": text(contract.get("provider")),
+        "app_version": text(contract.get("app_version")),
+    }
+
+
+def _figures(tree: TreeIndex) -> dict[str, Any]:
+    """Per-session counts and usage: active chain and abandoned branches apart."""
+    usage = {True: _ZERO, False: _ZERO}
+    requests = {True: 0, False: 0}
+    turns = 0
+    billed, attempts, failed = _ZERO, 0, 0
+    for node in tree.nodes:
+        info = node.info
+        if isinstance(info, _Receipt):
+            billed = _add(billed, info.billed)
+            attempts += info.attempts
+            failed += info.failed
+            # A receipt belongs to the assistant message it follows: it stands in for a
+            # message that carries no usage of its own.
+            parent = tree.by_id.get(node.parent_id or "")
+            if parent is not None and isinstance(parent.info, _Request) and parent.info.usage is None:
+                parent.info.usage = info.winning
+    for node in tree.nodes:
+        info = node.info
+        if isinstance(info, _Request):
+            requests[node.on_active_chain] += 1
+            if info.usage is not None:
+                usage[node.on_active_chain] = _add(usage[node.on_active_chain], info.usage)
+        elif info is _DIRECTIVE and node.on_active_chain:
+            turns += 1
+    row: dict[str, Any] = {
+        "turns": turns,
+        "requests": requests[True],
+        "requests_abandoned": requests[False],
+        "receipt_attempts": attempts,
+        "receipt_failed_attempts": failed,
+    }
+    for i, kind in enumerate(USAGE_KINDS):
+        row[f"{kind}_tokens"] = usage[True][i]
+        row[f"{kind}_tokens_abandoned"] = usage[False][i]
+        row[f"billed_{kind}_tokens"] = billed[i]
+    return row
+
+
+def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = None) -> SessionAudit:
+    """Audit one session ledger streamed as physical lines.
+
+    Parameters
+    ----------
+    key:
+        The session's place in the archive (path, agent, cwd directory, file stem).
+    lines:
+        Its physical lines as bytes, as iterating a binary file yields them.
+    size:
+        The object's size in bytes when known (else counted from the lines).
+
+    Returns
+    -------
+    SessionAudit
+        The ``integrity/sessions`` row and the findings, in line order.
+    """
+    tree = TreeIndex()
+    findings: list[Finding] = []
+    header: dict[str, Any] = {}
+    first_ts = last_ts = None
+    n_lines = n_bytes = 0
+    last_entry: Entry | None = None
+
+    def counted(src: Iterable[bytes]) -> Iterable[bytes]:
+        nonlocal n_lines, n_bytes
+        for raw in src:
+            n_lines += 1
+            n_bytes += len(raw)
+            yield raw
+
+    for item in read_ledger(counted(lines)):
+        if isinstance(item, Finding):
+            findings.append(item)
+            continue
+        findings.extend(tree.add(item, _node_info(item)))
+        if item.is_header and tree.header is not None and tree.header.line == item.line:
+            header = _header_fields(item)
+        if first_ts is None:
+            first_ts = item.ts
+        last_entry = item
+    findings.extend(tree.finish())
+    if last_entry is not None:
+        last_ts = last_entry.ts
+    if tree.header is not None:
+        cwd, sid = header.get("cwd"), header.get("session_id")
+        if cwd is not None and cwd_hash(cwd) != key.cwd_hash:
+            findings.append(Finding(
+                Code.CWD_HASH_MISMATCH, tree.header.line, tree.header.id,
+                f"directory {key.cwd_hash[:40]!r} is not FNV-1a of the header's cwd ({cwd_hash(cwd)})",
+            ))
+        if sid != key.session_id:
+            findings.append(Finding(
+                Code.SESSION_ID_MISMATCH, tree.header.line, tree.header.id,
+                "file name is not the header's session_id",
+            ))
+    findings.sort(key=lambda f: (f.line is not None, f.line or 0))
+    active = [n for n in tree.nodes if n.on_active_chain]
+    head: Node | None = tree.head
+    counts = {s: 0 for s in Severity}
+    for f in findings:
+        counts[f.severity] += 1
+    row: dict[str, Any] = {
+        "session_path": key.path,
+        "agent": key.agent,
+        "cwd_hash": key.cwd_hash,
+        "session_id": header.get("session_id"),
+        "bytes": size if size is not None else n_bytes,
+        "lines": n_lines,
+        "entries": len(tree.nodes),
+        "status": Status.of(findings).value,
+        "errors": counts[Severity.ERROR],
+        "warnings": counts[Severity.WARNING],
+        "infos": counts[Severity.INFO],
+        "head_id": head.id if head else None,
+        "head_hash": last_entry.digest if last_entry else None,
+        "active_chain_len": len(active),
+        "abandoned_entries": len(tree.nodes) - len(active),
+        "model": header.get("model"),
+        "provider": header.get("provider"),
+        "app_version": header.get("app_version"),
+        "first_ts": ts_nanos(first_ts),
+        "last_ts": ts_nanos(last_ts),
+    }
+    row.update(_figures(tree))
+    return SessionAudit(row, findings)

@@ -1,0 +1,33 @@
+"""One error hierarchy for the whole pipeline.
+
+Every error vakpipe raises on purpose derives from :class:`PipelineError` and also from
+the builtin that best describes it, so callers may catch either (as pyarrow does).
+Errors of fsspec, s3fs and botocore are translated at the IO edge only, with
+``raise ... from err`` so the original stays attached.
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """Base class of every error vakpipe raises on purpose."""
+
+
+class UsageError(PipelineError, ValueError):
+    """The command line or a function call asked for something impossible."""
+
+
+class StorageError(PipelineError, OSError):
+    """The storage behind a URL cannot be used: no bucket, no endpoint, no access."""
+
+
+class EmptyInputError(PipelineError, FileNotFoundError):
+    """The root holds no session ledger at all."""
+
+
+class OutputInsideArchiveError(PipelineError, ValueError):
+    """The output location lies inside the archive being read; refused."""
+
+
+class CommitError(PipelineError, OSError):
+    """A run's staged output could not be committed; the previous output stands."""

@@ -1,0 +1,273 @@
+"""Read one ledger's bytes line by line into entries and line/chain findings. Pure.
+
+The reader implements spec section 2.1: envelope validation, 1-based physical line
+numbers, the hash chain (``prev_hash`` is the SHA-256 of the previous *valid entry*'s
+stored bytes), classification of bad lines by the next valid entry, and vak's two
+quirks (torn merge, duplicate ``kind`` in ``work`` lines). It never raises on input:
+every oddity becomes a :class:`~pipeline.types.Finding`.
+
+Only the current line is held in memory, so a caller that streams the file keeps
+memory bounded by the largest line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from pipeline.types import Code, Finding
+
+#: Kinds vak writes: the 13 of the seed (T13) and the later ones (T14-T17).
+KNOWN_KINDS: frozenset[str] = frozenset(
+    {
+        "header", "message", "compaction", "receipt", "goal", "goal_update", "activity",
+        "work", "intent", "child_run", "turn_capabilities_bound", "presentation",
+        "turn_card", "evidence_body", "context_selection", "turn_capabilities_ref",
+        "call_effect",
+    }
+)
+
+# RFC 3339 as chrono writes it: Z, and 0, 3, 6 or 9 fractional digits.
+_TS_STR = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{3}|\.\d{6}|\.\d{9})?Z\Z")
+_ENTRY_START = b'{"id":'
+#: A torn fragment is searched for a complete trailing entry at most this many times,
+#: so a hostile line full of ``{"id":`` cannot make recovery quadratic.
+MAX_MERGE_PROBES = 64
+#: Findings quote at most this much of anything taken from the input.
+MAX_DETAIL_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One valid ledger entry.
+
+    Attributes
+    ----------
+    line:
+        1-based physical line the entry was read from.
+    id, parent_id, kind, ts, prev_hash, at_turn:
+        The envelope (``kind`` is ``"work"`` for vak's duplicate-``kind`` lines).
+    digest:
+        Lower-case hex SHA-256 of the entry's stored bytes (what the next entry's
+        ``prev_hash`` must equal).
+    data:
+        The whole parsed object; payload fields are at the top level, as written.
+    """
+
+    line: int
+    id: str
+    parent_id: str | None
+    kind: str
+    ts: str
+    prev_hash: str | None
+    at_turn: str | None
+    digest: str
+    data: dict[str, Any]
+
+    @property
+    def is_header(self) -> bool:
+        """Whether this is a ``header`` entry."""
+        return self.kind == "header"
+
+    @property
+    def message(self) -> dict[str, Any] | None:
+        """The ``message`` object of a message entry, if well-formed."""
+        m = self.data.get("message")
+        return m if self.kind == "message" and isinstance(m, dict) else None
+
+    @property
+    def role(self) -> str | None:
+        """``"user"`` or ``"assistant"`` for message entries, else ``None``."""
+        m = self.message
+        role = m.get("role") if m else None
+        return role if isinstance(role, str) else None
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The message ``meta`` object (empty when absent or malformed)."""
+        meta = self.data.get("meta")
+        return meta if isinstance(meta, dict) else {}
+
+    @property
+    def content(self) -> list[dict[str, Any]]:
+        """Content blocks of a message (malformed blocks dropped)."""
+        m = self.message
+        blocks = m.get("content") if m else None
+        if not isinstance(blocks, list):
+            return []
+        return [b for b in blocks if isinstance(b, dict)]
+
+    @property
+    def work_event(self) -> dict[str, Any] | None:
+        """The event of a ``work`` entry (the second ``kind`` value vak writes)."""
+        ev = self.data.get("kind")
+        return ev if self.kind == "work" and isinstance(ev, dict) else None
+
+
+def _detail(text: str) -> str:
+    return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
+
+
+class _Pairs(dict[str, Any]):
+    """A dict that remembers every value of a repeated key (for the ``kind`` quirk)."""
+
+    kinds: list[Any]
+
+
+def _pairs_hook(pairs: list[tuple[str, Any]]) -> _Pairs:
+    d = _Pairs(pairs)
+    d.kinds = [v for k, v in pairs if k == "kind"]
+    return d
+
+
+def _work_quirk(body: bytes) -> bool:
+    """Whether ``body`` is a ``work`` line written with two ``kind`` keys, as vak does."""
+    try:
+        top = json.loads(body, object_pairs_hook=_pairs_hook)
+    except (ValueError, RecursionError):
+        return False
+    kinds = getattr(top, "kinds", [])
+    return len(kinds) == 2 and kinds[0] == "work" and isinstance(kinds[1], dict)
+
+
+def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
+    """Parse one stored line (without its newline) into an :class:`Entry`.
+
+    Parameters
+    ----------
+    body:
+        The line's exact stored bytes, newline removed.
+    line:
+        Its 1-based physical line number.
+
+    Returns
+    -------
+    (entry, duplicate_kind, reason)
+        ``entry`` is ``None`` when the line is not a valid entry, ``reason`` then says
+        why; ``duplicate_kind`` is true for vak's ``work`` quirk.
+    """
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        return None, False, _detail(f"not valid JSON: {err}")
+    if not isinstance(obj, dict):
+        return None, False, f"not a JSON object but {type(obj).__name__}"
+    ident = obj.get("id")
+    if not isinstance(ident, str) or not ident:
+        return None, False, "envelope: id missing or not a string"
+    if "parent_id" not in obj:
+        return None, False, "envelope: parent_id missing"
+    parent = obj["parent_id"]
+    if parent is not None and not isinstance(parent, str):
+        return None, False, "envelope: parent_id is neither a string nor null"
+    ts = obj.get("ts")
+    if not isinstance(ts, str) or not _TS_STR.match(ts):
+        return None, False, "envelope: ts missing or not RFC 3339 UTC"
+    prev = obj.get("prev_hash")
+    if prev is not None and not isinstance(prev, str) or ("prev_hash" in obj and prev is None):
+        return None, False, "envelope: prev_hash is not a string"
+    at_turn = obj.get("at_turn")
+    if at_turn is not None and not isinstance(at_turn, str) or ("at_turn" in obj and at_turn is None):
+        return None, False, "envelope: at_turn is not a string"
+    kind = obj.get("kind")
+    duplicate_kind = False
+    if not isinstance(kind, str) or not kind:
+        if isinstance(kind, dict) and _work_quirk(body):
+            kind, duplicate_kind = "work", True
+        else:
+            return None, False, "envelope: kind missing or not a string"
+    digest = hashlib.sha256(body).hexdigest()
+    return Entry(line, ident, parent, kind, ts, prev, at_turn, digest, obj), duplicate_kind, ""
+
+
+def _recover_merged(body: bytes, line: int) -> tuple[Entry | None, bool]:
+    """Find a complete entry at the end of a torn line (vak's torn merge)."""
+    start = body.find(_ENTRY_START, 1)
+    probes = 0
+    while start != -1 and probes < MAX_MERGE_PROBES:
+        entry, dup, _ = parse_entry(body[start:], line)
+        if entry is not None:
+            return entry, dup
+        probes += 1
+        start = body.find(_ENTRY_START, start + 1)
+    return None, False
+
+
+def read_ledger(lines: Iterable[bytes]) -> Iterator[Entry | Finding]:
+    """Stream a ledger's physical lines into entries and line/chain findings.
+
+    Parameters
+    ----------
+    lines:
+        The file's physical lines as bytes, each with its trailing ``b"\\n"`` except
+        possibly the last (what iterating a binary file yields).
+
+    Yields
+    ------
+    Entry | Finding
+        Valid entries in file order, interleaved with the findings of spec 2.1
+        (``damaged_entry``, ``hash_mismatch``, ``torn_tail``, ``torn_write_recovered``,
+        ``torn_merge``, ``unchained``, ``duplicate_kind_key``). A finding about a bad
+        line is yielded once the next valid entry has classified it.
+    """
+    prev_digest: str | None = None
+    pending: list[tuple[int, str]] = []  # bad lines waiting for the next valid entry
+    number = 0
+    last_terminated = True
+    for number, raw in enumerate(lines, 1):
+        last_terminated = raw.endswith(b"\n")
+        body = raw[:-1] if last_terminated else raw
+        entry, duplicate_kind, reason = parse_entry(body, number)
+        if entry is None:
+            entry, duplicate_kind = _recover_merged(body, number)
+            if entry is None:
+                pending.append((number, reason))
+                continue
+            yield Finding(
+                Code.TORN_MERGE, number, entry.id,
+                "a torn fragment precedes a complete entry on this line; entry recovered",
+            )
+        if duplicate_kind:
+            yield Finding(
+                Code.DUPLICATE_KIND_KEY, number, entry.id,
+                "work entry written with two kind keys (vak quirk); event read from the second",
+            )
+        if pending:
+            sealed = entry.prev_hash == prev_digest
+            code = Code.TORN_WRITE_RECOVERED if sealed else Code.DAMAGED_ENTRY
+            for bad_line, why in pending:
+                yield Finding(code, bad_line, None, why)
+            pending.clear()
+        elif entry.prev_hash is None:
+            if prev_digest is not None and not entry.is_header:
+                yield Finding(
+                    Code.UNCHAINED, number, entry.id,
+                    "no prev_hash: written before hash chaining, cannot be verified",
+                )
+        elif entry.prev_hash != prev_digest:
+            expected = prev_digest[:16] if prev_digest else "nothing (no earlier entry)"
+            yield Finding(
+                Code.HASH_MISMATCH, number, entry.id,
+                f"prev_hash {entry.prev_hash[:16]}… does not match the previous entry "
+                f"({expected}…): an edit, insertion, deletion or reordering",
+            )
+        prev_digest = entry.digest
+        yield entry
+    if pending:
+        # Nothing valid follows: the last physical line is the torn tail; bad lines
+        # before it cannot be classified by a successor, so they count as damaged.
+        *earlier, (last_bad, why) = pending
+        for bad_line, reason in earlier:
+            yield Finding(Code.DAMAGED_ENTRY, bad_line, None, reason)
+        yield Finding(Code.TORN_TAIL, last_bad, None, _detail(f"last line unreadable: {why}"))
+    elif number and not last_terminated:
+        yield Finding(
+            Code.TORN_TAIL, number, None,
+            "last line has no newline: the append was cut short (the next append would merge)",
+        )

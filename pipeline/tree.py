@@ -1,0 +1,137 @@
+"""The entry tree of one ledger (spec section 2.2). Pure.
+
+``parent_id`` links form a tree rooted at the header. The index keeps one small
+:class:`Node` per valid entry (never the payload), so its memory grows with the number
+of entries, not with the file size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.reader import KNOWN_KINDS, Entry
+from pipeline.types import Code, Finding
+
+
+@dataclass(slots=True)
+class Node:
+    """What the tree keeps of one valid entry.
+
+    ``info`` is whatever the caller attached (for the audit: usage figures).
+    """
+
+    line: int
+    id: str
+    parent_id: str | None
+    kind: str
+    info: Any = None
+    on_active_chain: bool = False
+
+
+@dataclass(slots=True)
+class TreeIndex:
+    """Incrementally built tree over a ledger's valid entries, in file order."""
+
+    nodes: list[Node] = field(default_factory=list)
+    by_id: dict[str, Node] = field(default_factory=dict)
+    header: Node | None = None
+    _unresolved: list[Node] = field(default_factory=list)
+
+    def add(self, entry: Entry, info: Any = None) -> list[Finding]:
+        """Add one valid entry; return the findings it raises on its own.
+
+        Parameters
+        ----------
+        entry:
+            The next valid entry in file order.
+        info:
+            Caller data kept on the node (never the payload itself).
+        """
+        findings: list[Finding] = []
+        node = Node(entry.line, entry.id, entry.parent_id, entry.kind, info)
+        if entry.is_header:
+            if self.header is not None:
+                findings.append(Finding(
+                    Code.SECOND_HEADER, entry.line, entry.id,
+                    f"a header was already read on line {self.header.line}",
+                ))
+            else:
+                if self.nodes:
+                    findings.append(Finding(
+                        Code.HEADER_NOT_FIRST, entry.line, entry.id,
+                        f"the header follows {len(self.nodes)} other entries",
+                    ))
+                self.header = node
+        elif entry.kind not in KNOWN_KINDS:
+            findings.append(Finding(
+                Code.UNKNOWN_KIND, entry.line, entry.id,
+                f"kind {entry.kind[:40]!r} is not known; kept in chain and tree, never projected",
+            ))
+        if entry.id in self.by_id:
+            findings.append(Finding(
+                Code.DUPLICATE_ID, entry.line, entry.id,
+                f"id first used on line {self.by_id[entry.id].line}",
+            ))
+        else:
+            self.by_id[entry.id] = node
+        if entry.parent_id is None:
+            if not entry.is_header:
+                findings.append(Finding(
+                    Code.ORPHAN_PARENT, entry.line, entry.id, "parent_id is null on a non-header entry",
+                ))
+        elif entry.parent_id not in self.by_id:
+            self._unresolved.append(node)
+        self.nodes.append(node)
+        return findings
+
+    def finish(self) -> list[Finding]:
+        """Resolve parents seen late or never, mark the active chain; return findings."""
+        findings: list[Finding] = []
+        for node in self._unresolved:
+            parent = self.by_id.get(node.parent_id or "")
+            if parent is None:
+                findings.append(Finding(
+                    Code.ORPHAN_PARENT, node.line, node.id, "parent entry never appears in the file",
+                ))
+            else:
+                findings.append(Finding(
+                    Code.FORWARD_PARENT, node.line, node.id,
+                    f"parent appears later, on line {parent.line}",
+                ))
+        if self.header is None:
+            findings.append(Finding(Code.MISSING_HEADER, None, None, "no valid header entry"))
+        for node in self.active_chain():
+            node.on_active_chain = True
+        return findings
+
+    @property
+    def head(self) -> Node | None:
+        """The last valid entry (spec: the head), or ``None`` for an empty ledger."""
+        return self.nodes[-1] if self.nodes else None
+
+    def chain_to_root(self, start: Node) -> Iterator[Node]:
+        """Walk parent links from ``start`` towards the root (``start`` first).
+
+        Stops at the root, at a parent that does not exist, and at a cycle (possible
+        only in tampered files), so it always terminates.
+        """
+        seen: set[int] = set()
+        node: Node | None = start
+        while node is not None and id(node) not in seen:
+            seen.add(id(node))
+            yield node
+            node = self.by_id.get(node.parent_id) if node.parent_id is not None else None
+
+    def active_chain(self) -> list[Node]:
+        """Nodes of ``chain_to_root(head)``, root first."""
+        head = self.head
+        return list(self.chain_to_root(head))[::-1] if head is not None else []
+
+    def abandoned(self) -> list[Node]:
+        """Nodes off the active chain (abandoned branches), in file order.
+
+        Valid after :meth:`finish`, which marks the active chain.
+        """
+        return [n for n in self.nodes if not n.on_active_chain]

@@ -1,0 +1,100 @@
+"""Domain records shared by every layer: severities, finding codes, findings.
+
+Pure module: no IO, no third-party imports.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Severity(enum.IntEnum):
+    """How bad a finding is; ordered so ``max()`` gives a session's status."""
+
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+
+    @property
+    def label(self) -> str:
+        """Lower-case name as written in the output tables."""
+        return self.name.lower()
+
+
+class Code(enum.Enum):
+    """Every finding code vakpipe reports, with its severity (spec sections 2 and 6)."""
+
+    # 2.1 lines and the hash chain
+    DAMAGED_ENTRY = ("damaged_entry", Severity.ERROR)
+    HASH_MISMATCH = ("hash_mismatch", Severity.ERROR)
+    TORN_TAIL = ("torn_tail", Severity.WARNING)
+    TORN_WRITE_RECOVERED = ("torn_write_recovered", Severity.WARNING)
+    TORN_MERGE = ("torn_merge", Severity.WARNING)
+    UNCHAINED = ("unchained", Severity.WARNING)
+    DUPLICATE_KIND_KEY = ("duplicate_kind_key", Severity.INFO)
+    # 2.2 the tree
+    MISSING_HEADER = ("missing_header", Severity.ERROR)
+    HEADER_NOT_FIRST = ("header_not_first", Severity.ERROR)
+    SECOND_HEADER = ("second_header", Severity.ERROR)
+    ORPHAN_PARENT = ("orphan_parent", Severity.ERROR)
+    FORWARD_PARENT = ("forward_parent", Severity.ERROR)
+    DUPLICATE_ID = ("duplicate_id", Severity.ERROR)
+    CWD_HASH_MISMATCH = ("cwd_hash_mismatch", Severity.WARNING)
+    SESSION_ID_MISMATCH = ("session_id_mismatch", Severity.WARNING)
+    UNKNOWN_KIND = ("unknown_kind", Severity.INFO)
+    # 6 checkpoints between audits
+    HISTORY_TRUNCATED = ("history_truncated", Severity.ERROR)
+    HISTORY_REWRITTEN = ("history_rewritten", Severity.ERROR)
+    SESSION_MISSING = ("session_missing", Severity.ERROR)
+    # decided here (docs/audit.md): the object could not be read at all
+    UNREADABLE_OBJECT = ("unreadable_object", Severity.ERROR)
+
+    def __init__(self, text: str, severity: Severity) -> None:
+        self.text = text
+        self.severity = severity
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing an audit reports about one session.
+
+    Attributes
+    ----------
+    code:
+        What was found.
+    line:
+        1-based physical line it is about, or ``None`` (``missing_header``).
+    entry_id:
+        Id of the entry concerned, when one could be read.
+    detail:
+        Short human-readable explanation; bounded in length, never a whole line.
+    """
+
+    code: Code
+    line: int | None = None
+    entry_id: str | None = None
+    detail: str = ""
+
+    @property
+    def severity(self) -> Severity:
+        """Severity of the finding's code."""
+        return self.code.severity
+
+
+class Status(enum.Enum):
+    """A session's overall verdict: the worst severity among its findings."""
+
+    OK = "ok"
+    WARNING = "warning"
+    ERROR = "error"
+
+    @classmethod
+    def of(cls, findings: list[Finding]) -> Status:
+        """Status for a list of findings (info findings keep a session ``ok``)."""
+        worst = max((f.severity for f in findings), default=Severity.INFO)
+        if worst is Severity.ERROR:
+            return cls.ERROR
+        if worst is Severity.WARNING:
+            return cls.WARNING
+        return cls.OK
