@@ -6,13 +6,16 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 
 .PHONY: demo test lint typecheck conformance bench clean
 
-$(VENV)/.installed-demo: pyproject.toml
+# pip older than 24 cannot resolve this set (it backtracks into a conflict): upgrade first.
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade "pip>=24"
+
+$(VENV)/.installed-demo: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -e ".[demo]"
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -e ".[test]"
 	touch $@ $(VENV)/.installed-demo
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from pipeline.layout import SessionKey, cwd_hash
@@ -111,7 +111,7 @@ def ts_nanos(ts: str | None) -> int | None:
     if not ts:
         return None
     try:
-        base = datetime.fromisoformat(ts[:19]).replace(tzinfo=timezone.utc)
+        base = datetime.fromisoformat(ts[:19]).replace(tzinfo=UTC)
     except ValueError:
         return None
     frac = ts[20:-1] if len(ts) > 20 and ts[19] == "." else ""
@@ -157,8 +157,9 @@ def _figures(tree: TreeIndex) -> dict[str, Any]:
             # A receipt belongs to the assistant message it follows: it stands in for a
             # message that carries no usage of its own.
             parent = tree.by_id.get(node.parent_id or "")
-            if parent is not None and isinstance(parent.info, _Request) and parent.info.usage is None:
-                parent.info.usage = info.winning
+            request = parent.info if parent is not None else None
+            if isinstance(request, _Request) and request.usage is None:
+                request.usage = info.winning
     for node in tree.nodes:
         info = node.info
         if isinstance(info, _Request):
@@ -227,10 +228,17 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
         last_ts = last_entry.ts
     if tree.header is not None:
         cwd, sid = header.get("cwd"), header.get("session_id")
-        if cwd is not None and cwd_hash(cwd) != key.cwd_hash:
+        if cwd is None:
+            # Like a missing session_id below: nothing ties the directory to the header.
             findings.append(Finding(
                 Code.CWD_HASH_MISMATCH, tree.header.line, tree.header.id,
-                f"directory {key.cwd_hash[:40]!r} is not FNV-1a of the header's cwd ({cwd_hash(cwd)})",
+                "the header has no cwd (string): the directory cannot be checked",
+            ))
+        elif cwd_hash(cwd) != key.cwd_hash:
+            findings.append(Finding(
+                Code.CWD_HASH_MISMATCH, tree.header.line, tree.header.id,
+                f"directory {key.cwd_hash[:40]!r} is not FNV-1a of the header's cwd "
+                f"({cwd_hash(cwd)})",
             ))
         if sid != key.session_id:
             findings.append(Finding(

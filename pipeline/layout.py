@@ -48,8 +48,13 @@ def parse_session_path(relative: str) -> SessionKey | None:
     if len(parts) != 5 or parts[0] != "agents" or parts[2] != "sessions":
         return None
     agent, cwd_dir, name = parts[1], parts[3], parts[4]
-    if not agent or not cwd_dir or not name.endswith(".jsonl") or len(name) <= len(".jsonl"):
+    if not name.endswith(".jsonl") or len(name) <= len(".jsonl"):
         return None
+    # Keys are data, never paths to follow: a dot segment or a control character
+    # (NUL, newline) would let a hostile key point elsewhere on a local filesystem.
+    for segment in (agent, cwd_dir, name):
+        if segment in ("", ".", "..") or any(ord(c) < 0x20 or c == "\\" for c in segment):
+            return None
     return SessionKey(relative, agent, cwd_dir, name[: -len(".jsonl")])
 
 

@@ -17,7 +17,8 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -33,9 +34,18 @@ KNOWN_KINDS: frozenset[str] = frozenset(
     }
 )
 
-# RFC 3339 as chrono writes it: Z, and 0, 3, 6 or 9 fractional digits.
-_TS_STR = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{3}|\.\d{6}|\.\d{9})?Z\Z")
-_ENTRY_START = b'{"id":'
+# RFC 3339 as chrono writes it: Z, and 0, 3, 6 or 9 fractional digits. ASCII digits
+# only (``\d`` alone would accept any Unicode decimal digit, e.g. Arabic-Indic ones).
+_TS_STR = re.compile(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{3}|\.\d{6}|\.\d{9})?Z\Z", re.ASCII
+)
+#: Where a merged entry can start: vak writes every entry as ``{"id":"…","parent_id":…,
+#: "ts":"…`` (serde field order, compact). Matching the whole envelope prefix rather than
+#: ``{"id":`` alone skips the many nested ``{"id":…}`` objects a torn payload can hold
+#: (serde_json sorts map keys, so ``id`` often comes first in tool inputs), which would
+#: otherwise use up the probes before the merged entry is reached. Linear to scan: a run
+#: of ``[^"\\]`` stops at the next quote, and every candidate start holds quotes.
+_ENTRY_START = re.compile(rb'\{"id":"[^"\\]*","parent_id":(?:null|"[^"\\]*"),"ts":"')
 #: A torn fragment is searched for a complete trailing entry at most this many times,
 #: so a hostile line full of ``{"id":`` cannot make recovery quadratic.
 MAX_MERGE_PROBES = 64
@@ -110,6 +120,22 @@ class Entry:
         return ev if self.kind == "work" and isinstance(ev, dict) else None
 
 
+def valid_ts(ts: object) -> TypeGuard[str]:
+    """Whether ``ts`` is an RFC 3339 UTC timestamp as vak writes it (spec section 2).
+
+    The text must match chrono's shape (``Z``, 0/3/6/9 fractional digits) *and* name a
+    real instant: ``2026-13-45T25:61:00Z`` has the shape but is no time at all. A leap
+    second (``:60``) is refused too: ``Utc::now()`` never yields one.
+    """
+    if not isinstance(ts, str) or not _TS_STR.match(ts):
+        return False
+    try:
+        datetime.fromisoformat(ts[:19])
+    except ValueError:
+        return False
+    return True
+
+
 def _detail(text: str) -> str:
     return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
 
@@ -167,13 +193,14 @@ def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
     if parent is not None and not isinstance(parent, str):
         return None, False, "envelope: parent_id is neither a string nor null"
     ts = obj.get("ts")
-    if not isinstance(ts, str) or not _TS_STR.match(ts):
+    if not valid_ts(ts):
         return None, False, "envelope: ts missing or not RFC 3339 UTC"
+    # Optional fields are omitted when absent, never null: present means a string.
     prev = obj.get("prev_hash")
-    if prev is not None and not isinstance(prev, str) or ("prev_hash" in obj and prev is None):
+    if "prev_hash" in obj and not isinstance(prev, str):
         return None, False, "envelope: prev_hash is not a string"
     at_turn = obj.get("at_turn")
-    if at_turn is not None and not isinstance(at_turn, str) or ("at_turn" in obj and at_turn is None):
+    if "at_turn" in obj and not isinstance(at_turn, str):
         return None, False, "envelope: at_turn is not a string"
     kind = obj.get("kind")
     duplicate_kind = False
@@ -188,14 +215,12 @@ def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
 
 def _recover_merged(body: bytes, line: int) -> tuple[Entry | None, bool]:
     """Find a complete entry at the end of a torn line (vak's torn merge)."""
-    start = body.find(_ENTRY_START, 1)
-    probes = 0
-    while start != -1 and probes < MAX_MERGE_PROBES:
-        entry, dup, _ = parse_entry(body[start:], line)
+    for probes, match in enumerate(_ENTRY_START.finditer(body, 1)):
+        if probes >= MAX_MERGE_PROBES:
+            break
+        entry, dup, _ = parse_entry(body[match.start():], line)
         if entry is not None:
             return entry, dup
-        probes += 1
-        start = body.find(_ENTRY_START, start + 1)
     return None, False
 
 
@@ -238,19 +263,23 @@ def read_ledger(lines: Iterable[bytes]) -> Iterator[Entry | Finding]:
                 Code.DUPLICATE_KIND_KEY, number, entry.id,
                 "work entry written with two kind keys (vak quirk); event read from the second",
             )
+        classified = bool(pending)
         if pending:
-            sealed = entry.prev_hash == prev_digest
+            # Sealed only when the successor *names* the previous valid entry: with no
+            # prev_hash, or no previous valid entry (a bad line before the header),
+            # nothing shows the bad line was a torn write, so it counts as damage.
+            sealed = entry.prev_hash is not None and entry.prev_hash == prev_digest
             code = Code.TORN_WRITE_RECOVERED if sealed else Code.DAMAGED_ENTRY
             for bad_line, why in pending:
                 yield Finding(code, bad_line, None, why)
             pending.clear()
-        elif entry.prev_hash is None:
-            if prev_digest is not None and not entry.is_header:
+        if entry.prev_hash is None:
+            if not entry.is_header:
                 yield Finding(
                     Code.UNCHAINED, number, entry.id,
                     "no prev_hash: written before hash chaining, cannot be verified",
                 )
-        elif entry.prev_hash != prev_digest:
+        elif not classified and entry.prev_hash != prev_digest:
             expected = prev_digest[:16] if prev_digest else "nothing (no earlier entry)"
             yield Finding(
                 Code.HASH_MISMATCH, number, entry.id,

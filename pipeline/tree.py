@@ -79,8 +79,15 @@ class TreeIndex:
         if entry.parent_id is None:
             if not entry.is_header:
                 findings.append(Finding(
-                    Code.ORPHAN_PARENT, entry.line, entry.id, "parent_id is null on a non-header entry",
+                    Code.ORPHAN_PARENT, entry.line, entry.id,
+                    "parent_id is null on a non-header entry",
                 ))
+        elif entry.parent_id == entry.id and self.by_id[entry.id] is node:
+            # Checked before the lookup: the id was registered just above, so an entry
+            # naming itself as parent would otherwise pass as a known parent, silently.
+            findings.append(Finding(
+                Code.ORPHAN_PARENT, entry.line, entry.id, "entry names itself as its parent",
+            ))
         elif entry.parent_id not in self.by_id:
             self._unresolved.append(node)
         self.nodes.append(node)
@@ -93,7 +100,8 @@ class TreeIndex:
             parent = self.by_id.get(node.parent_id or "")
             if parent is None:
                 findings.append(Finding(
-                    Code.ORPHAN_PARENT, node.line, node.id, "parent entry never appears in the file",
+                    Code.ORPHAN_PARENT, node.line, node.id,
+                    "parent entry never appears in the file",
                 ))
             else:
                 findings.append(Finding(

@@ -1,0 +1,36 @@
+"""The audit job: verify every ledger under a root, commit the integrity tables.
+
+Thin: the logic lives in :mod:`pipeline`; this module wires it and prints.
+"""
+
+from __future__ import annotations
+
+import click
+
+from pipeline.io.storage import Location
+from pipeline.orchestrate import RunSummary, run_audit
+
+
+def audit_job(root: Location, out: Location, *, scheduler: str | None = None,
+              workers: int | None = None, progress: bool | None = None) -> RunSummary:
+    """Run the audit of ``root`` into ``out`` (see :func:`pipeline.orchestrate.run_audit`)."""
+    return run_audit(root, out, scheduler=scheduler, workers=workers, progress=progress)
+
+
+def print_summary(summary: RunSummary) -> None:
+    """Print a run's summary table: sessions, bytes, statuses, findings by code."""
+    echo = click.echo
+    echo(f"run {summary.run_id}: {summary.sessions} sessions, {summary.bytes:,} bytes "
+         f"({summary.skipped_objects} other objects skipped)")
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items()))
+    echo(f"  status: {statuses}")
+    if summary.codes:
+        echo("  findings by code:")
+        width = max(len(c) for c in summary.codes)
+        for code, n in sorted(summary.codes.items(), key=lambda kv: (-kv[1], kv[0])):
+            echo(f"    {code:<{width}}  {n:>8,}")
+    else:
+        echo("  findings: none")
+    if summary.failed_batches:
+        echo(f"  WARNING: {summary.failed_batches} batches failed; the run is partial")
+    echo(f"  tables: {summary.out}/integrity/sessions, {summary.out}/integrity/findings")

@@ -1,0 +1,145 @@
+"""Staged writes and atomic commits of a run's Parquet datasets.
+
+A run writes every part under ``OUT/_staging/<run_id>/`` first. Only when all parts
+are there does :meth:`StagedRun.commit` move them into the dataset folders (under names
+that carry the run id), write ``OUT/_manifest.json`` naming exactly the committed files,
+delete the files of the previous run, and write ``OUT/_SUCCESS`` last.
+
+A run that fails before the commit leaves the previous output untouched (its files and
+its manifest). A crash inside the commit leaves the previous manifest in force; readers
+that go through the manifest (:func:`read_dataset`) always see one complete run, and
+the next run removes the stray files.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import CommitError
+from pipeline.io.storage import Location, storage_error, storage_errors
+
+MANIFEST = "_manifest.json"
+SUCCESS = "_SUCCESS"
+STAGING = "_staging"
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: UTC time plus a random suffix."""
+    now = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{now}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class StagedRun:
+    """The staging area of one run under an output location."""
+
+    out: Location
+    run_id: str
+    schemas: dict[str, pa.Schema]
+    _parts: dict[str, dict[int, tuple[str, int]]] = field(default_factory=dict)
+
+    @property
+    def stage_path(self) -> str:
+        """Filesystem path of this run's staging folder."""
+        return self.out.join(STAGING, self.run_id)
+
+    def write_part(self, dataset: str, index: int, table: pa.Table) -> None:
+        """Stage part ``index`` of ``dataset`` (rewriting it if it was staged before)."""
+        if dataset not in self.schemas:
+            raise KeyError(f"unknown dataset {dataset!r}")
+        fs = self.out.filesystem()
+        path = posixpath.join(self.stage_path, dataset, f"part-{index:05d}.parquet")
+        try:
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            with fs.open(path, "wb") as f:
+                pq.write_table(table.cast(self.schemas[dataset]), f, compression="zstd")
+        except storage_errors() as err:
+            raise storage_error(err, self.out.url) from err
+        self._parts.setdefault(dataset, {})[index] = (path, table.num_rows)
+
+    def commit(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """Publish the staged parts atomically; return the manifest written.
+
+        Every dataset gets at least one (possibly empty) file, so it always reads with
+        its schema.
+        """
+        fs = self.out.filesystem()
+        for dataset, schema in self.schemas.items():
+            if not self._parts.get(dataset):
+                self.write_part(dataset, 0, schema.empty_table())
+        files: dict[str, list[str]] = {}
+        rows: dict[str, int] = {}
+        try:
+            for dataset, parts in self._parts.items():
+                final_dir = self.out.join(dataset)
+                fs.makedirs(final_dir, exist_ok=True)
+                names = []
+                for index in sorted(parts):
+                    staged, n = parts[index]
+                    name = f"part-{self.run_id}-{index:05d}.parquet"
+                    fs.mv(staged, posixpath.join(final_dir, name))
+                    names.append(name)
+                    rows[dataset] = rows.get(dataset, 0) + n
+                files[dataset] = names
+            manifest = {
+                "run_id": self.run_id,
+                "committed_at": datetime.now(UTC).isoformat(),
+                "datasets": {d: {"files": files[d], "rows": rows.get(d, 0)} for d in files},
+                **summary,
+            }
+            # A single object write is atomic on object stores; locally, write then rename.
+            tmp = self.out.join(f"{MANIFEST}.{self.run_id}.tmp")
+            fs.pipe_file(tmp, json.dumps(manifest, indent=1, sort_keys=True).encode())
+            fs.mv(tmp, self.out.join(MANIFEST))
+            for dataset, names in files.items():
+                keep = set(names)
+                for path in fs.ls(self.out.join(dataset), detail=False):
+                    if posixpath.basename(path) not in keep:
+                        fs.rm(path, recursive=True)
+            fs.pipe_file(self.out.join(SUCCESS), self.run_id.encode())
+            self.abort()
+        except storage_errors() as err:
+            raise CommitError(f"{self.out.url}: commit of run {self.run_id} failed: {err}") from err
+        return manifest
+
+    def abort(self) -> None:
+        """Remove this run's staging folder (the previous output is untouched)."""
+        fs = self.out.filesystem()
+        try:
+            if fs.exists(self.stage_path):
+                fs.rm(self.stage_path, recursive=True)
+            staging = self.out.join(STAGING)
+            if fs.exists(staging) and not fs.ls(staging, detail=False):
+                fs.rmdir(staging)
+        except storage_errors():  # best effort: a later run ignores stale staging
+            pass
+
+
+def read_manifest(out: Location) -> dict[str, Any] | None:
+    """The manifest of the last committed run under ``out``, or ``None``."""
+    fs = out.filesystem()
+    try:
+        return json.loads(fs.cat_file(out.join(MANIFEST)))  # type: ignore[no-any-return]
+    except FileNotFoundError:
+        return None
+
+
+def read_dataset(out: Location, dataset: str) -> pa.Table:
+    """Read one dataset of the last committed run, exactly the files its manifest names."""
+    manifest = read_manifest(out)
+    if manifest is None or dataset not in manifest["datasets"]:
+        raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")
+    fs = out.filesystem()
+    tables = [
+        pq.read_table(out.join(dataset, name), filesystem=fs)
+        for name in manifest["datasets"][dataset]["files"]
+    ]
+    return pa.concat_tables(tables)

@@ -1,0 +1,201 @@
+"""Dask orchestration: plan batches of whole sessions, run them, commit the output.
+
+Always ``dask.distributed``: a LocalCluster of processes sized to the machine by
+default, or an existing scheduler (``--scheduler`` / ``DASK_SCHEDULER_ADDRESS``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask
+from distributed import Client, LocalCluster, as_completed
+from tqdm import tqdm
+
+from pipeline.errors import UsageError
+from pipeline.io.commit import StagedRun, new_run_id
+from pipeline.io.storage import Listing, Location, SessionObject, check_output, enumerate_sessions
+from pipeline.io.tables import DATASETS
+from pipeline.partitions import BatchResult, audit_batch
+
+#: A task carries at least this many bytes, or this many files, whichever comes first;
+#: a trivial task costs ~5 ms here, so small sessions travel in batches.
+MIN_BATCH_BYTES = 8 * 2**20
+MAX_BATCH_BYTES = 256 * 2**20
+MAX_BATCH_FILES = 2000
+TASKS_PER_WORKER = 4
+
+
+def plan_batches(sessions: list[SessionObject], workers: int) -> list[list[SessionObject]]:
+    """Cut sessions (in path order) into batches balanced by bytes; never split one.
+
+    The target is ``TASKS_PER_WORKER`` batches per worker, clamped to
+    [``MIN_BATCH_BYTES``, ``MAX_BATCH_BYTES``], so every worker stays busy to the end
+    while each task is large enough to hide the scheduler's per-task cost. A session
+    larger than the target is a batch of its own.
+    """
+    total = sum(s.size for s in sessions)
+    target = total // max(1, workers * TASKS_PER_WORKER)
+    target = min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, target))
+    batches: list[list[SessionObject]] = []
+    current: list[SessionObject] = []
+    size = 0
+    for s in sessions:
+        if current and (size + s.size > target or len(current) >= MAX_BATCH_FILES):
+            batches.append(current)
+            current, size = [], 0
+        current.append(s)
+        size += s.size
+    if current:
+        batches.append(current)
+    return batches
+
+
+@contextmanager
+def dask_client(
+    scheduler: str | None = None, workers: int | None = None, processes: bool = True
+) -> Iterator[Client]:
+    """A client on ``scheduler``, on ``DASK_SCHEDULER_ADDRESS``, or on a new LocalCluster.
+
+    The LocalCluster has one single-threaded worker process per core (the work is
+    CPU-bound Python, so threads would only share the GIL) and keeps its scratch
+    files in the temporary directory.
+    """
+    dask.config.refresh()
+    address = scheduler or dask.config.get("scheduler-address", None)
+    if address:
+        with Client(address, set_as_default=False) as client:
+            yield client
+        return
+    n = workers or os.cpu_count() or 1
+    scratch = os.path.join(tempfile.gettempdir(), "vakpipe-dask")
+    with dask.config.set({"temporary-directory": scratch, "distributed.worker.daemon": True}):
+        cluster = LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=processes,
+            dashboard_address=None,
+            local_directory=scratch,
+        )
+        try:
+            with Client(cluster, set_as_default=False) as client:
+                yield client
+        finally:
+            cluster.close()
+
+
+@dataclass
+class RunSummary:
+    """What a run did, for the console and for the manifest."""
+
+    run_id: str
+    root: str
+    out: str
+    sessions: int = 0
+    bytes: int = 0
+    skipped_objects: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    codes: Counter[str] = field(default_factory=Counter)
+    failed_batches: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (for the manifest)."""
+        return {
+            "root": self.root,
+            "sessions": self.sessions,
+            "bytes": self.bytes,
+            "skipped_objects": self.skipped_objects,
+            "statuses": dict(sorted(self.statuses.items())),
+            "findings_by_code": dict(sorted(self.codes.items())),
+            "failed_batches": self.failed_batches,
+        }
+
+
+def _progress(total: int, enabled: bool | None) -> tqdm:
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    return tqdm(total=total, unit="B", unit_scale=True, desc="audit", disable=not enabled,
+                file=sys.stderr)
+
+
+def run_batches(
+    client: Client,
+    root: Location,
+    listing: Listing,
+    on_result: Callable[[BatchResult], None],
+    *,
+    progress: bool | None = None,
+) -> None:
+    """Submit one audit task per batch and hand each result over as it arrives."""
+    workers = max(1, len(client.scheduler_info().get("workers", {})))
+    batches = plan_batches(listing.sessions, workers)
+    futures = [
+        client.submit(audit_batch, root, i, batch, pure=False) for i, batch in enumerate(batches)
+    ]
+    with _progress(listing.total_bytes, progress) as bar:
+        for future in as_completed(futures, loop=client.loop):
+            result: BatchResult = future.result()
+            on_result(result)
+            bar.update(result.bytes_read)
+            future.release()
+
+
+def run_audit(
+    root: Location,
+    out: Location,
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    progress: bool | None = None,
+) -> RunSummary:
+    """Audit every session under ``root`` and commit the integrity tables under ``out``.
+
+    Parameters
+    ----------
+    root, out:
+        Archive to read and output location (never inside the archive).
+    scheduler:
+        Address of an existing Dask scheduler; default a LocalCluster.
+    workers:
+        LocalCluster size (default: one per core).
+    progress:
+        Show a progress bar (default: when stderr is a terminal).
+
+    Returns
+    -------
+    RunSummary
+        Counts of sessions, bytes, statuses and finding codes.
+    """
+    check_output(root, out)
+    if root.protocol == "memory" and scheduler:
+        raise UsageError(
+            "memory:// exists only inside this process; a remote cluster cannot read it"
+        )
+    listing = enumerate_sessions(root)
+    summary = RunSummary(new_run_id(), root.url, out.url, len(listing.sessions),
+                         listing.total_bytes, listing.skipped)
+    staged = StagedRun(out, summary.run_id, DATASETS)
+
+    def collect(result: BatchResult) -> None:
+        staged.write_part("integrity/sessions", result.index, result.sessions)
+        staged.write_part("integrity/findings", result.index, result.findings)
+        summary.statuses.update(result.statuses)
+        summary.codes.update(result.codes)
+
+    # memory:// lives in this process only: its workers must be threads here.
+    in_process = "memory" in (root.protocol, out.protocol)
+    try:
+        with dask_client(scheduler, workers, processes=not in_process) as client:
+            run_batches(client, root, listing, collect, progress=progress)
+        staged.commit(summary.as_dict())
+    except BaseException:
+        staged.abort()
+        raise
+    return summary
