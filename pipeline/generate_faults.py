@@ -96,7 +96,7 @@ _TABLE: dict[str, tuple[Code, int, int, int]] = {
     "delete_line": (Code.HASH_MISMATCH, 1, -2, 1),
     "swap_lines": (Code.HASH_MISMATCH, 1, -2, 1),
     "orphan_parent": (Code.ORPHAN_PARENT, 1, -1, 1),
-    "duplicate_id": (Code.DUPLICATE_ID, 2, -1, 1),
+    "duplicate_id": (Code.DUPLICATE_ID, 3, -1, 1),
     "second_header": (Code.SECOND_HEADER, 1, -1, 1),
     "unchained_legacy": (Code.UNCHAINED, 1, -1, 1),
     "cwd_hash_mismatch": (Code.CWD_HASH_MISMATCH, 0, 0, 1),
@@ -288,7 +288,7 @@ def write(
     prefix = b""  # a torn fragment the next append lands on (torn_merge)
     held = b""  # a line written after its successor (swap_lines)
     header: RawEntry | None = None
-    last_id = ""
+    recent = ["", ""]  # ids of the two entries before this one
     for i, e in enumerate(entries):
         if remap and e.parent_id in remap:
             e = e._replace(parent_id=remap[e.parent_id])
@@ -298,14 +298,17 @@ def write(
         elif i == at and name == "orphan_parent":
             e = e._replace(parent_id=spec.token if spec else "")
         elif i == at and name == "duplicate_id":
-            remap[e.id] = last_id
-            e = e._replace(id=last_id)
+            # Reuse an id from just before, but not the parent's: that would make the
+            # entry name itself as its parent, a second oddity.
+            dup = recent[0] if recent[0] != e.parent_id else recent[1]
+            remap[e.id] = dup
+            e = e._replace(id=dup)
         elif i == at and name == "second_header" and header is not None:
             extra = serialize(header._replace(id=spec.token if spec else "", ts=e.ts), tail)
             tail = _digest(extra)
             out.append(extra)
         line = serialize(e, None if i <= unchained else tail)
-        last_id = e.id
+        recent = [recent[1], e.id]
         if i != at or name in ("orphan_parent", "duplicate_id", "second_header"):
             tail = _digest(line)
             out.append(line)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import posixpath
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,10 @@ def write_fleet(out: Location, *, sessions: int, seed: int, faults: bool = False
     try:
         for s in generate_fleet(sessions, seed, faults=faults, size_scale=size_scale):
             n_lines = n_bytes = 0
-            with fs.open(out.join(s.path), "wb") as f:
+            path = out.join(s.path)
+            if out.protocol == "file":  # object stores have no folders to create
+                fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            with fs.open(path, "wb") as f:
                 for line in s.lines():
                     f.write(line)
                     n_lines += 1

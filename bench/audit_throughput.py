@@ -1,0 +1,108 @@
+"""Audit throughput against the raw floor, and worker memory on one 1 GB session.
+
+Prints, measured in the same run (machines here are noisy, so only ratios matter):
+
+* the raw floor: one process reading the corpus, hashing each line with SHA-256 and
+  parsing it with orjson;
+* ``vakpipe audit`` with 1 worker and with 2 workers, as MB/s and as ratios
+  (targets: 1 worker >= 60% of the floor; 2 workers >= 1.6 x 1 worker);
+* the peak resident memory of the worker that audits one 1 GB session (target < 1 GB).
+
+Run: ``.venv/bin/python bench/audit_throughput.py [--mb 500] [--big-mb 1024]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import BENCH_DIR, cluster, corpus_bytes, fleet, timed, worker_peaks  # noqa: E402
+from pipeline.generate import generate_session  # noqa: E402
+from pipeline.io.storage import resolve  # noqa: E402
+from pipeline.orchestrate import run_audit  # noqa: E402
+
+MB = 1_000_000
+
+
+def raw_floor(root: Path) -> int:
+    """Read, hash and parse every line of every ledger in one process; return lines."""
+    n = 0
+    for path in sorted(root.rglob("*.jsonl")):
+        with open(path, "rb", buffering=1 << 20) as f:
+            for line in f:
+                body = line[:-1] if line.endswith(b"\n") else line
+                hashlib.sha256(body).hexdigest()
+                try:
+                    orjson.loads(body)
+                except orjson.JSONDecodeError:
+                    pass
+                n += 1
+    return n
+
+
+def audit_with(root: Path, workers: int) -> tuple[float, dict[str, int]]:
+    """Wall time of a whole audit run on a private cluster, and the worker peaks."""
+    out = Path(tempfile.mkdtemp(prefix="vakpipe-bench-out-"))
+    try:
+        with cluster(workers) as (address, client):
+            _, seconds = timed(lambda: run_audit(resolve(str(root)), resolve(str(out)),
+                                                 scheduler=address, progress=False))
+            return seconds, worker_peaks(client)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def big_session(mb: int) -> Path:
+    """A root holding exactly one session of about ``mb`` MB, streamed to disk."""
+    root = BENCH_DIR / f"big-{mb}"
+    marker = root / ".complete"
+    if not marker.exists():
+        s = generate_session(11, target_bytes=mb * MB)
+        path = root / s.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as f:
+            for line in s.lines():
+                f.write(line)
+        marker.write_text("ok")
+    return root
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=int, default=500, help="size of the fleet corpus (MB)")
+    ap.add_argument("--big-mb", type=int, default=1024, help="size of the one big session (MB)")
+    args = ap.parse_args()
+
+    sessions = max(50, args.mb * 10)  # ~100 KB per session on average, heavy-tailed
+    root = fleet(f"fleet-{args.mb}", sessions=sessions, seed=2026)
+    size = corpus_bytes(root)
+    print(f"corpus: {root} {size / MB:,.0f} MB in {sum(1 for _ in root.rglob('*.jsonl'))} sessions")
+
+    _, floor_s = timed(lambda: raw_floor(root))
+    one_s, _ = audit_with(root, 1)
+    two_s, _ = audit_with(root, 2)
+    floor, one, two = size / MB / floor_s, size / MB / one_s, size / MB / two_s
+    print(f"raw floor (read+sha256+orjson, 1 process): {floor:8.1f} MB/s")
+    print(f"vakpipe audit, 1 worker:                   {one:8.1f} MB/s  "
+          f"= {one / floor:.2f} x floor (target >= 0.60)")
+    print(f"vakpipe audit, 2 workers:                  {two:8.1f} MB/s  "
+          f"= {two / one:.2f} x 1 worker (target >= 1.60)")
+
+    big = big_session(args.big_mb)
+    big_size = corpus_bytes(big)
+    big_s, peaks = audit_with(big, 1)
+    peak = max(peaks.values())
+    print(f"one {big_size / MB:,.0f} MB session, 1 worker: {big_size / MB / big_s:.1f} MB/s, "
+          f"peak worker RSS {peak / 2**20:,.0f} MiB (target < 1024 MiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Shared helpers of the benchmarks: corpora on local disk, timers, a private cluster."""
+
+from __future__ import annotations
+
+import os
+import resource
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from distributed import Client, LocalCluster
+
+from pipeline.io.fleet import write_fleet
+from pipeline.io.storage import resolve
+
+T = TypeVar("T")
+BENCH_DIR = Path(os.environ.get("VAKPIPE_BENCH_DIR", Path(tempfile.gettempdir()) / "vakpipe-bench"))
+
+
+def fleet(name: str, *, sessions: int, seed: int, size_scale: float = 1.0) -> Path:
+    """A generated fleet on local disk, reused across runs when already there."""
+    root = BENCH_DIR / name
+    marker = root / ".complete"
+    if not marker.exists():
+        write_fleet(resolve(str(root)), sessions=sessions, seed=seed, size_scale=size_scale)
+        marker.write_text("ok")
+    return root
+
+
+def corpus_bytes(root: Path) -> int:
+    """Bytes of the ledgers under ``root``."""
+    return sum(p.stat().st_size for p in root.rglob("*.jsonl"))
+
+
+def timed(fn: Callable[[], T]) -> tuple[T, float]:
+    """Run ``fn`` once; return its result and the wall time in seconds."""
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def _peak_rss_bytes() -> int:
+    # ru_maxrss is in KiB on Linux: the peak resident size of this (worker) process.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@contextmanager
+def cluster(workers: int) -> Iterator[tuple[str, Client]]:
+    """A private LocalCluster of single-threaded worker processes; yields its address."""
+    scratch = tempfile.mkdtemp(prefix="vakpipe-bench-dask-")
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                      dashboard_address=None, local_directory=scratch) as lc, \
+            Client(lc, set_as_default=False) as client:
+        yield lc.scheduler_address, client
+
+
+def worker_peaks(client: Client) -> dict[str, Any]:
+    """Peak RSS of every worker process, in bytes."""
+    return dict(client.run(_peak_rss_bytes))
