@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pipeline.layout import SessionKey, cwd_hash
-from pipeline.reader import Entry, read_ledger
+from pipeline.reader import Entry, LineStats, read_ledger
 from pipeline.tree import Node, TreeIndex
 from pipeline.types import Code, Finding, Severity, Status
 
@@ -203,17 +203,10 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
     findings: list[Finding] = []
     header: dict[str, Any] = {}
     first_ts = last_ts = None
-    n_lines = n_bytes = 0
     last_entry: Entry | None = None
 
-    def counted(src: Iterable[bytes]) -> Iterable[bytes]:
-        nonlocal n_lines, n_bytes
-        for raw in src:
-            n_lines += 1
-            n_bytes += len(raw)
-            yield raw
-
-    for item in read_ledger(counted(lines)):
+    stats = LineStats()
+    for item in read_ledger(lines, stats):
         if isinstance(item, Finding):
             findings.append(item)
             continue
@@ -256,8 +249,8 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
         "agent": key.agent,
         "cwd_hash": key.cwd_hash,
         "session_id": header.get("session_id"),
-        "bytes": size if size is not None else n_bytes,
-        "lines": n_lines,
+        "bytes": size if size is not None else stats.bytes,
+        "lines": stats.lines,
         "entries": len(tree.nodes),
         "status": Status.of(findings).value,
         "errors": counts[Severity.ERROR],

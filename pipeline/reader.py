@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 import orjson
 
@@ -39,6 +39,7 @@ KNOWN_KINDS: frozenset[str] = frozenset(
 _TS_STR = re.compile(
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{3}|\.\d{6}|\.\d{9})?Z\Z", re.ASCII
 )
+_TS_LENGTHS = frozenset({20, 24, 27, 30})
 #: Where a merged entry can start: vak writes every entry as ``{"id":"…","parent_id":…,
 #: "ts":"…`` (serde field order, compact). Matching the whole envelope prefix rather than
 #: ``{"id":`` alone skips the many nested ``{"id":…}`` objects a torn payload can hold
@@ -53,9 +54,9 @@ MAX_MERGE_PROBES = 64
 MAX_DETAIL_CHARS = 200
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One valid ledger entry.
+class Entry(NamedTuple):
+    """One valid ledger entry (immutable; a named tuple because one is built per line
+    and a frozen dataclass costs several times more to construct).
 
     Attributes
     ----------
@@ -127,7 +128,15 @@ def valid_ts(ts: object) -> TypeGuard[str]:
     real instant: ``2026-13-45T25:61:00Z`` has the shape but is no time at all. A leap
     second (``:60``) is refused too: ``Utc::now()`` never yields one.
     """
-    if not isinstance(ts, str) or not _TS_STR.match(ts):
+    # Cheap character checks first (this runs once per line); the regex and the
+    # calendar check only confirm what they let through.
+    if (
+        not isinstance(ts, str)
+        or len(ts) not in _TS_LENGTHS
+        or ts[-1] != "Z"
+        or ts[10] != "T"
+        or not _TS_STR.match(ts)
+    ):
         return False
     try:
         datetime.fromisoformat(ts[:19])
@@ -213,18 +222,36 @@ def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
     return Entry(line, ident, parent, kind, ts, prev, at_turn, digest, obj), duplicate_kind, ""
 
 
-def _recover_merged(body: bytes, line: int) -> tuple[Entry | None, bool]:
-    """Find a complete entry at the end of a torn line (vak's torn merge)."""
+def _recover_merged(body: bytes, line: int) -> list[tuple[Entry, bool]]:
+    """Recover the complete entries of a torn line (vak's torn merge).
+
+    The complete entry is the earliest suffix that parses. When the part before it is
+    itself a complete entry, the crash cut only the newline between two appends
+    (``{A}{B}``): both are recovered, so a lost newline does not cost an entry.
+    """
     for probes, match in enumerate(_ENTRY_START.finditer(body, 1)):
         if probes >= MAX_MERGE_PROBES:
             break
         entry, dup, _ = parse_entry(body[match.start():], line)
         if entry is not None:
-            return entry, dup
-    return None, False
+            first, first_dup, _ = parse_entry(body[: match.start()], line)
+            if first is not None and entry.prev_hash == first.digest:
+                return [(first, first_dup), (entry, dup)]
+            return [(entry, dup)]
+    return []
 
 
-def read_ledger(lines: Iterable[bytes]) -> Iterator[Entry | Finding]:
+@dataclass(slots=True)
+class LineStats:
+    """Physical lines and bytes a :func:`read_ledger` call has consumed so far."""
+
+    lines: int = 0
+    bytes: int = 0
+
+
+def read_ledger(
+    lines: Iterable[bytes], stats: LineStats | None = None
+) -> Iterator[Entry | Finding]:
     """Stream a ledger's physical lines into entries and line/chain findings.
 
     Parameters
@@ -232,6 +259,8 @@ def read_ledger(lines: Iterable[bytes]) -> Iterator[Entry | Finding]:
     lines:
         The file's physical lines as bytes, each with its trailing ``b"\\n"`` except
         possibly the last (what iterating a binary file yields).
+    stats:
+        Filled with the number of physical lines and bytes read, once the stream ends.
 
     Yields
     ------
@@ -243,51 +272,60 @@ def read_ledger(lines: Iterable[bytes]) -> Iterator[Entry | Finding]:
     """
     prev_digest: str | None = None
     pending: list[tuple[int, str]] = []  # bad lines waiting for the next valid entry
-    number = 0
+    number = nbytes = 0
     last_terminated = True
     for number, raw in enumerate(lines, 1):
+        nbytes += len(raw)
         last_terminated = raw.endswith(b"\n")
         body = raw[:-1] if last_terminated else raw
         entry, duplicate_kind, reason = parse_entry(body, number)
-        if entry is None:
-            entry, duplicate_kind = _recover_merged(body, number)
-            if entry is None:
+        if entry is not None:
+            found = [(entry, duplicate_kind)]
+        else:
+            found = _recover_merged(body, number)
+            if not found:
                 pending.append((number, reason))
                 continue
             yield Finding(
-                Code.TORN_MERGE, number, entry.id,
-                "a torn fragment precedes a complete entry on this line; entry recovered",
+                Code.TORN_MERGE, number, found[-1][0].id,
+                "a torn fragment precedes a complete entry on this line; entry recovered"
+                if len(found) == 1 else
+                "two complete entries share this line (the newline between them was lost); "
+                "both recovered",
             )
-        if duplicate_kind:
-            yield Finding(
-                Code.DUPLICATE_KIND_KEY, number, entry.id,
-                "work entry written with two kind keys (vak quirk); event read from the second",
-            )
-        classified = bool(pending)
-        if pending:
-            # Sealed only when the successor *names* the previous valid entry: with no
-            # prev_hash, or no previous valid entry (a bad line before the header),
-            # nothing shows the bad line was a torn write, so it counts as damage.
-            sealed = entry.prev_hash is not None and entry.prev_hash == prev_digest
-            code = Code.TORN_WRITE_RECOVERED if sealed else Code.DAMAGED_ENTRY
-            for bad_line, why in pending:
-                yield Finding(code, bad_line, None, why)
-            pending.clear()
-        if entry.prev_hash is None:
-            if not entry.is_header:
+        for entry, duplicate_kind in found:
+            if duplicate_kind:
                 yield Finding(
-                    Code.UNCHAINED, number, entry.id,
-                    "no prev_hash: written before hash chaining, cannot be verified",
+                    Code.DUPLICATE_KIND_KEY, number, entry.id,
+                    "work entry written with two kind keys (vak quirk); event read from the second",
                 )
-        elif not classified and entry.prev_hash != prev_digest:
-            expected = prev_digest[:16] if prev_digest else "nothing (no earlier entry)"
-            yield Finding(
-                Code.HASH_MISMATCH, number, entry.id,
-                f"prev_hash {entry.prev_hash[:16]}… does not match the previous entry "
-                f"({expected}…): an edit, insertion, deletion or reordering",
-            )
-        prev_digest = entry.digest
-        yield entry
+            classified = bool(pending)
+            if pending:
+                # Sealed only when the successor *names* the previous valid entry: with no
+                # prev_hash, or no previous valid entry (a bad line before the header),
+                # nothing shows the bad line was a torn write, so it counts as damage.
+                sealed = entry.prev_hash is not None and entry.prev_hash == prev_digest
+                code = Code.TORN_WRITE_RECOVERED if sealed else Code.DAMAGED_ENTRY
+                for bad_line, why in pending:
+                    yield Finding(code, bad_line, None, why)
+                pending.clear()
+            if entry.prev_hash is None:
+                if not entry.is_header:
+                    yield Finding(
+                        Code.UNCHAINED, number, entry.id,
+                        "no prev_hash: written before hash chaining, cannot be verified",
+                    )
+            elif not classified and entry.prev_hash != prev_digest:
+                expected = prev_digest[:16] if prev_digest else "nothing (no earlier entry)"
+                yield Finding(
+                    Code.HASH_MISMATCH, number, entry.id,
+                    f"prev_hash {entry.prev_hash[:16]}… does not match the previous entry "
+                    f"({expected}…): an edit, insertion, deletion or reordering",
+                )
+            prev_digest = entry.digest
+            yield entry
+    if stats is not None:
+        stats.lines, stats.bytes = number, nbytes
     if pending:
         # Nothing valid follows: the last physical line is the torn tail; bad lines
         # before it cannot be classified by a successor, so they count as damaged.

@@ -555,3 +555,25 @@ def test_valid_ledger_has_no_serious_finding_with_work_lines() -> None:
     _, findings = read_bytes(b.to_bytes())
     assert serious(findings) == []
     assert only(findings, Code.DUPLICATE_KIND_KEY) == [len(b.lines) - 1]
+
+
+def test_lost_newline_between_two_entries_recovers_both() -> None:
+    """A crash after an entry's JSON but before its newline: the next append lands on the
+    same line (``{A}{B}``) and B chains to A. Both are recovered: a warning, no error."""
+    from ledgers import audit_bytes
+
+    b = LedgerBuilder()
+    b.header()
+    b.user("hello")
+    first = b.assistant("hi")
+    second = b.user("and again")
+    joined = b.lines[-2].data + b.lines[-1].data
+    b.lines[-2].data = joined
+    del b.lines[-1]
+    b.assistant("yes")
+    audit = audit_bytes(b.to_bytes())
+    assert codes(audit.findings) == {(3, "torn_merge")}
+    assert audit.findings[0].severity is Severity.WARNING
+    assert audit.row["entries"] == 5 and audit.row["active_chain_len"] == 5
+    entries, _ = read_bytes(b.to_bytes())
+    assert [e.id for e in entries][2:4] == [first, second]
