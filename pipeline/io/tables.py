@@ -80,3 +80,63 @@ def findings_table(items: Iterable[tuple[str, Finding]]) -> pa.Table:
         cols["entry_id"].append(f.entry_id)
         cols["detail"].append(f.detail)
     return pa.Table.from_pydict(cols, schema=FINDINGS_SCHEMA)
+
+TURNS_SCHEMA = pa.schema(
+    [
+        ("session_path", pa.string()),
+        ("turn", pa.int32()),
+        ("scope", pa.string()),
+        ("turn_id", pa.string()),
+        ("state", pa.string()),
+        ("iterations", pa.int32()),
+        ("forms", pa.int32()),
+        ("has_card", pa.bool_()),
+        ("tokens_full", pa.int64()),
+        ("tokens_card", pa.int64()),
+        ("recorded_tokens_full", pa.int64()),
+        ("recorded_tokens_card", pa.int64()),
+        ("reported_input_tokens", pa.int64()),
+        ("reported_output_tokens", pa.int64()),
+        ("first_ts", pa.string()),
+    ]
+)
+
+REQUESTS_SCHEMA = pa.schema(
+    [
+        ("session_path", pa.string()),
+        ("scope", pa.string()),
+        ("turn", pa.int32()),
+        ("iteration", pa.int32()),
+        ("entry_id", pa.string()),
+        ("model", pa.string()),
+        ("provider", pa.string()),
+        ("model_known", pa.bool_()),
+        ("rules", pa.string()),
+        ("replayed_tokens", pa.int64()),
+        ("reported_input_tokens", pa.int64()),
+        ("reported_output_tokens", pa.int64()),
+        ("drift_tokens", pa.int64()),
+        ("recorded_prefix_digest", pa.string()),
+        ("replayed_prefix_digest", pa.string()),
+        ("prefix_digest_match", pa.bool_()),
+        ("recorded_prefix_tokens", pa.int64()),
+        ("replayed_prefix_tokens", pa.int64()),
+        ("plan_source", pa.string()),
+        ("plan_full", pa.int32()),
+        ("plan_card", pa.int32()),
+        ("plan_packet_range", pa.string()),
+        ("request_digest", pa.string()),
+        ("last_request_tokens", pa.int64()),
+        ("model_input_limit", pa.int64()),
+        ("saturation", pa.int32()),
+        ("headroom_tokens", pa.int64()),
+        ("auto_compress_above", pa.int64()),
+        ("turn_total_tokens", pa.int64()),
+        ("hint_level", pa.string()),
+        ("hint_text", pa.string()),
+        ("now_line", pa.string()),
+    ]
+)
+
+#: The replay datasets, committed with the integrity ones when a run replays.
+REPLAY_DATASETS: dict[str, pa.Schema] = {"turns": TURNS_SCHEMA, "requests": REQUESTS_SCHEMA}

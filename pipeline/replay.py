@@ -1,0 +1,430 @@
+"""Replay: rebuild, for every assistant message on the active chain, the request that
+produced it, and count it. Pure.
+
+:class:`ReplayEngine` is fed the active chain one entry at a time. Every segment (a
+text, a tool input, a result and its digest, a card line, a summary, a system prompt)
+is tokenized once, when its entry arrives, and only its count and digest are kept: the
+cost of replaying a session grows linearly with its size, and memory with its number of
+turns, never with its bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.audit import is_directive, usage_of
+from pipeline.catalog import Capacity
+from pipeline.plan import Candidate, plan_v1
+from pipeline.projection import CARD_TOOL_PREFIX, RuleSet, canonical_json
+from pipeline.reader import Entry
+from pipeline.tokens import Tokenizer
+from pipeline.turns import Turn, TurnIndex, is_control
+
+_EMPTY = hashlib.sha256(b"").hexdigest()
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(slots=True)
+class Cost:
+    """Tokens and a running digest of a rendering."""
+
+    tokens: int = 0
+    digest: Any = field(default_factory=hashlib.sha256)
+
+    def add(self, tokens: int, text: str) -> None:
+        """Account one rendered segment."""
+        self.tokens += tokens
+        self.digest.update(text.encode("utf-8", "surrogatepass"))
+        self.digest.update(b"\x00")
+
+    def hexdigest(self) -> str:
+        """Digest of everything added so far."""
+        return str(self.digest.hexdigest())
+
+
+@dataclass(slots=True)
+class TurnCosts:
+    """A turn's three renderings, built as its messages arrive."""
+
+    verbatim: Cost = field(default_factory=Cost)   # closed, no plan: verbatim minus control
+    full: Cost = field(default_factory=Cost)       # plan Full: digests, thinking dropped
+    open: Cost = field(default_factory=Cost)       # open turn: verbatim, control included
+    card_tokens: int | None = None
+    card_digest: str = ""
+    card_line: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix:
+    """System prompt and tools of a request."""
+
+    tokens: int
+    digest: str
+    source: str  # "header" or the turn_capabilities_bound entry id
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The working-set plan in force (a recorded ``context_selection``)."""
+
+    modes: dict[str, str]
+    packet_range: tuple[str, str] | None
+    entry_id: str
+
+
+@dataclass(slots=True)
+class RequestReplay:
+    """One replayed request, before utilization is added."""
+
+    entry_id: str
+    turn: int
+    iteration: int
+    scope: str
+    model: str | None
+    ts: str
+    replayed_tokens: int
+    prefix_tokens: int
+    prefix_digest: str
+    request_digest: str
+    plan_full: int
+    plan_card_turns: tuple[int, ...]
+    plan_packet_turns: tuple[int, ...]
+    plan_source: str
+    reported_input: int | None = None
+    reported_output: int | None = None
+    provider: str | None = None
+    recorded_prefix_digest: str | None = None
+    recorded_prefix_tokens: int | None = None
+
+
+class ReplayEngine:
+    """Incremental replay of one session's active chain under a rule set."""
+
+    def __init__(self, rules: RuleSet, tokenizer: Tokenizer, *,
+                 planner: Capacity | None = None) -> None:
+        """Replay under ``rules`` counting with ``tokenizer``.
+
+        With ``planner`` (a capacity profile), every request is projected under the plan
+        planner v1 makes for that capacity instead of the recorded plan in force.
+        """
+        self.rules = rules
+        self.planner = planner
+        self.tok = tokenizer
+        self.index = TurnIndex()
+        self.costs: list[TurnCosts] = []
+        self.prefix = Prefix(0, _EMPTY, "none")
+        self.header_model: str | None = None
+        self.header_provider: str | None = None
+        self.plan: Plan | None = None
+        self.packets: dict[tuple[str, str], tuple[int, str]] = {}  # range -> tokens, digest
+        self.reset: tuple[int, str, int] | None = None  # tokens, digest, turns replaced
+        self.tail: tuple[int, str] = (0, _EMPTY)
+        self.pending: RequestReplay | None = None
+        self._prefix_cache: dict[str, int] = {}
+        self._tools: dict[str, str] = {}  # tool_use id -> tool name, for result digests
+
+    # -- counting -------------------------------------------------------------------
+    def count(self, text: str) -> int:
+        """Tokens of one segment."""
+        return self.tok.count(text)
+
+    def _block_tokens(self, block: dict[str, Any], *, thinking: bool) -> tuple[int, str]:
+        kind = block.get("type")
+        if kind == "text":
+            text = str(block.get("text", ""))
+            return self.count(text), text
+        if kind == "thinking":
+            if not thinking:
+                return 0, ""
+            text = str(block.get("text", ""))
+            return self.count(text), text
+        if kind == "tool_use":
+            text = f"{block.get('name', '')}\n{canonical_json(block.get('input'))}"
+            return self.rules.tool_use_overhead + self.count(text), text
+        if kind == "tool_result":
+            text = str(block.get("content", ""))
+            return self.count(text), text
+        if kind == "image":
+            return self.rules.image_tokens, canonical_json(block.get("source"))
+        return 0, ""
+
+    def _set_prefix(self, system: str, tools: list[Any], source: str) -> None:
+        tools_text = canonical_json(tools)
+        digest = _sha(f"{system}\n{tools_text}")
+        tokens = self._prefix_cache.get(digest)
+        if tokens is None:
+            tokens = self.count(system) + sum(
+                self.rules.tool_overhead + self.count(canonical_json(t)) for t in tools
+            )
+            self._prefix_cache[digest] = tokens
+        self.prefix = Prefix(tokens, digest, source)
+
+    # -- feeding --------------------------------------------------------------------
+    def feed(self, entry: Entry) -> Iterator[RequestReplay]:
+        """Feed one active-chain entry; yield the requests completed by it."""
+        kind = entry.kind
+        if kind == "message":
+            yield from self._message(entry)
+        elif kind == "receipt":
+            self._receipt(entry)
+        elif kind == "header":
+            contract = entry.data.get("contract") or {}
+            if isinstance(contract, dict):
+                self.header_model = contract.get("model")
+                self.header_provider = contract.get("provider")
+                caps = contract.get("capabilities")
+                self._set_prefix(str(contract.get("system_prompt", "")),
+                                 caps if isinstance(caps, list) else [], "header")
+        elif kind == "turn_capabilities_bound":
+            schemas = entry.data.get("tool_schemas")
+            self._set_prefix(str(entry.data.get("system_prompt", "")),
+                             schemas if isinstance(schemas, list) else [], entry.id)
+        elif kind == "turn_card":
+            self.index.add_card(entry)
+            turn = self.index.current
+            if turn is not None and turn.card is not None:
+                self._card(turn)
+        elif kind == "compaction":
+            self._compaction(entry)
+        elif kind == "intent":
+            text = entry.data.get("model_visible")
+            text = text if isinstance(text, str) else ""
+            self.tail = ((self.rules.message_overhead + self.count(text), _sha(text))
+                         if text else (0, _EMPTY))
+        elif kind == "context_selection":
+            self._selection(entry)
+
+    def finish(self) -> Iterator[RequestReplay]:
+        """Flush the last request."""
+        if self.pending is not None:
+            yield self.pending
+            self.pending = None
+
+    def _message(self, entry: Entry) -> Iterator[RequestReplay]:
+        role = entry.role
+        blocks = entry.content
+        if role == "assistant":
+            if self.index.current is None:
+                return
+            request = self._replay(entry)
+            if self.pending is not None:
+                yield self.pending
+            self.pending = request
+            self.index.add_assistant(entry)
+            self._account_assistant(blocks)
+            return
+        if role != "user":
+            return
+        if is_control(entry):
+            self.index.add_user(entry)
+            if self.costs:
+                c = self.costs[-1].open
+                c.add(self.rules.message_overhead, "user")
+                for b in blocks:
+                    t, text = self._block_tokens(b, thinking=True)
+                    c.add(t, text)
+            return
+        if is_directive(entry):
+            self.index.start_turn(entry)
+            self.costs.append(TurnCosts())
+            c = self.costs[-1]
+            for cost in (c.verbatim, c.full, c.open):
+                cost.add(self.rules.message_overhead, "user")
+            for b in blocks:
+                t, text = self._block_tokens(b, thinking=True)
+                for cost in (c.verbatim, c.full, c.open):
+                    cost.add(t, text)
+            return
+        self.index.add_user(entry)
+        if not self.costs:
+            return
+        c = self.costs[-1]
+        for cost in (c.verbatim, c.full, c.open):
+            cost.add(self.rules.message_overhead, "user")
+        tools = self._tools
+        for b in blocks:
+            t, text = self._block_tokens(b, thinking=True)
+            c.verbatim.add(t, text)
+            c.open.add(t, text)
+            if b.get("type") == "tool_result":
+                use_id = str(b.get("tool_use_id", ""))
+                tool = tools.get(use_id, "")
+                if tool.startswith(CARD_TOOL_PREFIX):
+                    ack = canonical_json({"presentation": use_id, "ok": True})
+                    c.full.add(self.count(ack), ack)
+                else:
+                    digest = self.rules.digest_result(
+                        text, tool=tool, is_error=bool(b.get("is_error")), evidence_id=use_id)
+                    c.full.add(self.count(digest), digest)
+            else:
+                c.full.add(t, text)
+
+    def _account_assistant(self, blocks: list[dict[str, Any]]) -> None:
+        c = self.costs[-1]
+        for cost in (c.verbatim, c.full, c.open):
+            cost.add(self.rules.message_overhead, "assistant")
+        for b in blocks:
+            if b.get("type") == "tool_use":
+                self._tools[str(b.get("id", ""))] = str(b.get("name", ""))
+            t, text = self._block_tokens(b, thinking=True)
+            c.verbatim.add(t, text)
+            c.open.add(t, text)
+            if b.get("type") != "thinking":
+                c.full.add(t, text)
+
+    def _card(self, turn: Turn) -> None:
+        costs = self.costs[turn.number - 1]
+        line = self.rules.card_line(turn.number, turn.card, asked=turn.asked,
+                                    tools=turn.tools, narration=turn.narration)
+        costs.card_tokens = self.count(line) + 1  # the line and its newline
+        costs.card_digest = _sha(line)
+        costs.card_line = line
+
+    def _compaction(self, entry: Entry) -> None:
+        summary = entry.data.get("summary")
+        summary = summary if isinstance(summary, str) else ""
+        text = self.rules.summary(summary)
+        cost = (self.rules.message_overhead + self.count(text), _sha(text))
+        if entry.data.get("reset_all") is True:
+            keep_open = entry.data.get("keeps_open_turn") is True
+            turn = self.index.current
+            replaced = len(self.index.turns) - (1 if keep_open and turn and not turn.closed
+                                                 else 0)
+            self.reset = (cost[0], cost[1], replaced)
+            self.packets.clear()
+            self.plan = None
+        else:
+            first, last = entry.data.get("first_turn_id"), entry.data.get("last_turn_id")
+            if isinstance(first, str) and isinstance(last, str):
+                self.packets[(first, last)] = cost
+
+    def _selection(self, entry: Entry) -> None:
+        plan = entry.data.get("plan")
+        if not isinstance(plan, dict):
+            return
+        modes: dict[str, str] = {}
+        for item in plan.get("per_turn") or []:
+            if isinstance(item, list) and len(item) == 2:
+                modes[str(item[0])] = str(item[1])
+        rng = plan.get("packet_range")
+        packet = (str(rng[0]), str(rng[1])) if isinstance(rng, list) and len(rng) == 2 else None
+        self.plan = Plan(modes, packet, entry.id)
+
+    def _receipt(self, entry: Entry) -> None:
+        req = self.pending
+        if req is None or entry.parent_id != req.entry_id:
+            return
+        req.provider = entry.data.get("provider") or req.provider
+        digest = entry.data.get("prefix_digest")
+        req.recorded_prefix_digest = digest if isinstance(digest, str) and digest else None
+        tokens = entry.data.get("prefix_tokens")
+        req.recorded_prefix_tokens = tokens if isinstance(tokens, int) else None
+        if req.reported_input is None:
+            winning = entry.data.get("winning_attempt")
+            for att in entry.data.get("attempts") or []:
+                if isinstance(att, dict) and att.get("ordinal") == winning:
+                    u = usage_of(att.get("usage"))
+                    if u is not None:
+                        req.reported_input, req.reported_output = u[0] + u[2] + u[3], u[1]
+
+    # -- the request ----------------------------------------------------------------
+    def _closed_parts(self) -> tuple[int, list[str], int, list[int], list[int], str]:
+        """Tokens and digests of everything before the open turn, under the plan."""
+        rules = self.rules
+        turns = self.index.turns
+        open_turn = turns[-1]
+        tokens, parts = 0, []
+        start = 0
+        if self.reset is not None:
+            tokens += self.reset[0]
+            parts.append(self.reset[1])
+            start = self.reset[2]
+        plan = self._planned(turns[start:-1]) if self.planner is not None else self.plan
+        n_full = 0
+        card_turns: list[int] = []
+        packet_turns: list[int] = []
+        card_tokens, card_parts = 0, []
+        full_parts: list[str] = []
+        full_tokens = 0
+        packet_open: str | None = None
+        for turn in turns[start:]:
+            if turn is open_turn:
+                break
+            costs = self.costs[turn.number - 1]
+            if plan is None:
+                full_tokens += costs.verbatim.tokens
+                full_parts.append(costs.verbatim.hexdigest())
+                n_full += 1
+                continue
+            mode = plan.modes.get(turn.id, "Full")
+            if plan.packet_range and turn.id == plan.packet_range[0]:
+                packet_open = plan.packet_range[1]
+            if packet_open is not None or mode == "Packet":
+                packet_turns.append(turn.number)
+                if packet_open is not None and turn.id == packet_open:
+                    packet_open = None
+                continue
+            if mode == "Card" and costs.card_tokens is not None:
+                card_tokens += costs.card_tokens
+                card_parts.append(costs.card_digest)
+                card_turns.append(turn.number)
+            else:
+                full_tokens += costs.full.tokens
+                full_parts.append(costs.full.hexdigest())
+                n_full += 1
+        if packet_turns:
+            ids = {t.number: t.id for t in turns}
+            first, last = ids[packet_turns[0]], ids[packet_turns[-1]]
+            cost = self.packets.get((first, last))
+            if cost is not None:
+                tokens += cost[0]
+                parts.append(cost[1])
+        if card_parts:
+            wrapper = f"{rules.turns_open()}\n\n{rules.turns_close()}"
+            tokens += rules.message_overhead + self.count(wrapper) + card_tokens
+            parts.append(_sha(wrapper + "".join(card_parts)))
+        source = plan.entry_id if plan is not None else ""
+        return tokens + full_tokens, parts + full_parts, n_full, card_turns, packet_turns, source
+
+    def _planned(self, closed: list[Turn]) -> Plan:
+        """The plan planner v1 makes for the request about to be sent."""
+        cap = self.planner
+        assert cap is not None
+        candidates = []
+        for turn in closed:
+            c = self.costs[turn.number - 1]
+            card = c.card_tokens if c.card_tokens is not None else c.full.tokens
+            candidates.append(Candidate(turn.number, turn.id, c.full.tokens, card,
+                                        c.card_line or turn.asked))
+        open_turn = self.index.turns[-1]
+        budget = max(0, cap.input_limit - cap.output_reserve - self.rules.request_overhead
+                     - self.prefix.tokens - self.tail[0] - self.costs[-1].open.tokens)
+        wsp = plan_v1(candidates, open_turn.asked, budget)
+        return Plan(wsp.modes, wsp.packet_range, "planner-v1")
+
+    def _replay(self, entry: Entry) -> RequestReplay:
+        turn = self.index.current
+        assert turn is not None
+        closed_tokens, parts, n_full, card_turns, packet_turns, source = self._closed_parts()
+        open_cost = self.costs[-1].open
+        tokens = (self.rules.request_overhead + self.prefix.tokens + closed_tokens
+                  + open_cost.tokens + self.tail[0])
+        digest = _sha("|".join([self.prefix.digest, *parts, open_cost.hexdigest(),
+                                self.tail[1]]))
+        u = usage_of(entry.meta.get("usage"))
+        model = entry.meta.get("model")
+        n = len(turn.iterations) + 1
+        return RequestReplay(
+            entry.id, turn.number, n, f"t{turn.number}/i{n}",
+            model if isinstance(model, str) else self.header_model, entry.ts,
+            tokens, self.prefix.tokens, self.prefix.digest, digest,
+            n_full, tuple(card_turns), tuple(packet_turns),
+            source,
+            u[0] + u[2] + u[3] if u else None, u[1] if u else None, self.header_provider,
+        )
