@@ -119,12 +119,35 @@ def card_line(n: int, card: dict[str, Any] | None, *, asked: str, tools: Sequenc
 class RuleSet(Protocol):
     """A versioned projection rule set: rendering plus token accounting."""
 
-    name: str
-    message_overhead: int
-    request_overhead: int
-    tool_overhead: int
-    tool_use_overhead: int
-    image_tokens: int
+    @property
+    def name(self) -> str:
+        """The rule set's versioned name."""
+        ...
+
+    @property
+    def message_overhead(self) -> int:
+        """Tokens every message costs beyond its content."""
+        ...
+
+    @property
+    def request_overhead(self) -> int:
+        """Tokens every request costs beyond its messages."""
+        ...
+
+    @property
+    def tool_overhead(self) -> int:
+        """Tokens every tool schema costs beyond its JSON."""
+        ...
+
+    @property
+    def tool_use_overhead(self) -> int:
+        """Tokens every ``tool_use`` block costs beyond its name and input."""
+        ...
+
+    @property
+    def image_tokens(self) -> int:
+        """Tokens an image block is counted as."""
+        ...
 
     def card_line(self, n: int, card: dict[str, Any] | None, *, asked: str,
                   tools: Sequence[str], narration: str) -> str:

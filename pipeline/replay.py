@@ -224,11 +224,11 @@ class ReplayEngine:
         if is_control(entry):
             self.index.add_user(entry)
             if self.costs:
-                c = self.costs[-1].open
-                c.add(self.rules.message_overhead, "user")
+                open_cost = self.costs[-1].open
+                open_cost.add(self.rules.message_overhead, "user")
                 for b in blocks:
                     t, text = self._block_tokens(b, thinking=True)
-                    c.add(t, text)
+                    open_cost.add(t, text)
             return
         if is_directive(entry):
             self.index.start_turn(entry)
