@@ -41,7 +41,9 @@ class TiktokenTokenizer:
 
     def __init__(self, name: str = "cl100k_base") -> None:
         if name not in OFFLINE_ENCODINGS:
-            raise ValueError(f"no offline vocabulary for {name!r}; known: {sorted(OFFLINE_ENCODINGS)}")
+            raise ValueError(
+                f"no offline vocabulary for {name!r}; known: {sorted(OFFLINE_ENCODINGS)}"
+            )
         self.name = name
         self._enc = _encoding(name)
 

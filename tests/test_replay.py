@@ -100,7 +100,8 @@ def test_plan_card_and_digest_rendering() -> None:
             "answered": {"presentations": [{"id": "p1", "semantic_type": "metric",
                                             "title": "Delhi"}], "narration": "31C"}}
     line = card_line(3, card, asked="", tools=[], narration="")
-    assert line == '#3 asked: what is the weather → did: web×2, x → metric "Delhi" [pres:p1; ev:a,b]'
+    assert line == ('#3 asked: what is the weather → did: web×2, x → metric "Delhi" '
+                    "[pres:p1; ev:a,b]")
     plain = card_line(1, None, asked="q", tools=["bash"], narration=" ".join(["w"] * 20))
     assert plain.endswith('"w w w w w w w w w w w w…"')
     terse = get_rule_set("v1-terse-cards").card_line(3, card, asked="", tools=[], narration="")
