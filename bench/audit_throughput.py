@@ -65,7 +65,7 @@ def big_session(mb: int) -> Path:
     root = BENCH_DIR / f"big-{mb}"
     marker = root / ".complete"
     if not marker.exists():
-        s = generate_session(11, target_bytes=mb * MB)
+        s = generate_session(11, target_bytes=mb * MB, consistent=False)
         path = root / s.path
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as f:

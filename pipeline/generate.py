@@ -11,6 +11,12 @@ spec section 4: directive, tool iterations (assistant ``tool_use`` -> receipt ->
 Each turn draws its *structure* (the list of entries it will write) from its own RNG
 before drawing any content, so the number of entries of a session is known without
 generating it; that is what places a fault anywhere in a session before streaming it.
+
+By default the token figures vak records (``meta.usage``, receipts' ``prefix_digest`` and
+``prefix_tokens``, turn cards' ``tokens_full``/``tokens_card``) are those a replay under
+projection rule set ``v1`` computes (:mod:`pipeline.generate_replay`), so replaying a
+generated session reproduces them exactly; ``consistent=False`` draws them instead, which
+is several times faster (benchmarks), and ``noise`` adds provider-like drift to usage.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ _MODELS = (("anthropic", "claude-sonnet-4-5"), ("anthropic", "claude-opus-4-1"),
 
 
 def _plan(seed: int, agent: str, size_scale: float, turns: int | None,
-          target_bytes: int | None, t13: bool | None) -> SessionPlan:
+          target_bytes: int | None, t13: bool | None, consistent: bool = True,
+          noise: float = 0.0) -> SessionPlan:
     """Session-level decisions: start, model, project, wire version, number of turns."""
     rng = Random(seed)
     start = (_BASE_S + rng.randrange(28 * 86_400)) * 10**9 + rng.randrange(10**9)
@@ -62,7 +69,7 @@ def _plan(seed: int, agent: str, size_scale: float, turns: int | None,
     post = tuple(op for op, p in (("activity", 0.1), ("child_run", 0.1)) if rng.random() < p)
     return SessionPlan(seed, agent, size_scale, start, provider, model, cwd, sid,
                        legacy if t13 is None else t13, turns, target_bytes or 0, pre, post,
-                       rng.random() < 0.5)
+                       rng.random() < 0.5, consistent, noise)
 
 
 def _turn_ops(plan: SessionPlan, j: int) -> tuple[list[tuple[str, int]], Random]:
@@ -117,8 +124,12 @@ def _entries(plan: SessionPlan, written: list[int]) -> Iterator[RawEntry]:
     for op in plan.pre:
         yield b.ops[op](b.rng, 0)
     j = 0
+    ahead = _turn_ops(plan, 0)
     while j < plan.turns if plan.turns is not None else written[0] < plan.target_bytes:
-        ops, rng = _turn_ops(plan, j)
+        (ops, rng), ahead = ahead, _turn_ops(plan, j + 1)
+        # Whether the next turn re-asks this one, abandoning it (the builder's replay
+        # engine must not carry this turn into the active chain).
+        b.abandoned_next = ahead[0][0] == ("directive", 1)
         for op, arg in ops:
             yield b.ops[op](rng, arg)
         j += 1
@@ -161,7 +172,8 @@ class GeneratedSession:
 
 def generate_session(seed: int, *, target_bytes: int | None = None, turns: int | None = None,
                      fault: str | None = None, agent: str = "vak", size_scale: float = 1.0,
-                     t13: bool | None = None) -> GeneratedSession:
+                     t13: bool | None = None, consistent: bool = True,
+                     noise: float = 0.0) -> GeneratedSession:
     """Generate one session.
 
     Parameters
@@ -181,6 +193,20 @@ def generate_session(seed: int, *, target_bytes: int | None = None, turns: int |
         Multiplies the size of tool results, thinking, answers and the system prompt.
     t13:
         Force (or forbid) the seed's T13 wire version; drawn (15%) by default.
+    consistent:
+        Take every figure vak measures from a replay of the session under projection
+        rule set ``v1`` (:mod:`pipeline.generate_replay`): each assistant message's
+        ``meta.usage`` input (``input + cache read + cache creation``) and its
+        receipt's winning attempt usage equal the replayed request's tokens, the
+        receipt's ``prefix_digest``/``prefix_tokens`` the replayed prefix, and each
+        ``turn_card``'s ``tokens_full``/``tokens_card`` the replayed Full rendering and
+        Card line. Tokenizing runs at a few MB/s; ``False`` draws the figures instead
+        (no tokenizer, tens of MB/s, same content otherwise).
+    noise:
+        Relative drift of the reported usage, as a provider with another tokenizer
+        would report it: a per-session bias plus per-request jitter, never more than
+        ``noise`` (``0.03``: within 3%) off, deterministic from the seed. Prefix and card
+        figures stay exact (vak measures them itself). ``0`` (default): exact.
 
     Returns
     -------
@@ -189,11 +215,13 @@ def generate_session(seed: int, *, target_bytes: int | None = None, turns: int |
     """
     if target_bytes is not None and (turns is not None or fault is not None):
         raise ValueError("target_bytes excludes turns and fault")
+    if not 0.0 <= noise < 1.0:
+        raise ValueError(f"noise must be in [0, 1), not {noise!r}")
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
     if fault == "unchained_legacy":
         t13 = True  # entries written before chaining are old: the seed's version
-    plan = _plan(seed, agent, size_scale, turns, target_bytes, t13)
+    plan = _plan(seed, agent, size_scale, turns, target_bytes, t13, consistent, noise)
     path = session_path(agent, plan.cwd, plan.session_id)
     spec: FaultSpec | None = None
     found: tuple[InjectedFault, ...] = ()
@@ -211,7 +239,8 @@ def generate_session(seed: int, *, target_bytes: int | None = None, turns: int |
 
 
 def generate_fleet(sessions: int, seed: int, *, faults: bool = False, agent: str = "vak",
-                   size_scale: float = 1.0) -> Iterator[GeneratedSession]:
+                   size_scale: float = 1.0, consistent: bool = True,
+                   noise: float = 0.0) -> Iterator[GeneratedSession]:
     """Generate a fleet of sessions, lazily.
 
     Parameters
@@ -226,7 +255,7 @@ def generate_fleet(sessions: int, seed: int, *, faults: bool = False, agent: str
         are the same as without faults, but for the injected damage.
     agent:
         Agent id of every session.
-    size_scale:
+    size_scale, consistent, noise:
         See :func:`generate_session`.
 
     Yields
@@ -241,7 +270,8 @@ def generate_fleet(sessions: int, seed: int, *, faults: bool = False, agent: str
         fault = None
         if faults and frng.random() < 0.3:
             fault, offset = FAULTS[offset % len(FAULTS)], offset + 1
-        yield generate_session(s, fault=fault, agent=agent, size_scale=size_scale)
+        yield generate_session(s, fault=fault, agent=agent, size_scale=size_scale,
+                               consistent=consistent, noise=noise)
 
 
 def ground_truth(sessions: Iterable[GeneratedSession]) -> dict[str, dict[str, Any]]:

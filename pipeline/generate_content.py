@@ -1,6 +1,7 @@
 """Content of generated vak sessions: text, ids, timestamps and one builder per entry kind.
 
-Pure (stdlib + orjson). The builder turns a turn's *structure* (a list of ops chosen by
+Pure (stdlib + orjson; with consistent figures, the replay engine of
+:mod:`pipeline.generate_replay`). The builder turns a turn's *structure* (a list of ops chosen by
 :mod:`pipeline.generate`) into :class:`~pipeline.generate_faults.RawEntry` values whose
 payloads follow ``spec/vak-wire-format.md`` section 5, field by field and in order. Text
 is sliced from prebuilt buffers rather than composed character by character: that is
@@ -20,9 +21,11 @@ from typing import Any
 import orjson
 
 from pipeline.generate_faults import LongText, RawEntry
+from pipeline.generate_replay import SessionReplay
 
 _M64 = (1 << 64) - 1
 _SESSION_SALT = 1 << 40
+_NOISE_SALT = 1 << 42
 _TOOLS = ("read_file", "bash", "grep", "webfetch", "recall", "write_file")
 _CONTROLS = ("stop_hook", "stop_guard", "grounding_check", "fence_check",
              "duplicate_card_check", "presentation_check", "freshness_check", "empty_step",
@@ -113,6 +116,8 @@ class SessionPlan:
     pre: tuple[str, ...]  # entries before the first directive
     post: tuple[str, ...]  # entries after the last turn
     agent_block: bool
+    consistent: bool  # usage, prefix and card tokens from a replay engine (else drawn)
+    noise: float  # relative provider-like drift of reported usage (0: exact)
 
 
 def _result_len(rng: Random, scale: float) -> int:
@@ -145,7 +150,7 @@ class Builder:
         self.system = _slice(_PROSE, self.rng, int(2500 * plan.size_scale) + 200)
         self.prefix_tokens = len(self.system) // 4 + 600
         self.prefix_digest = _sha(self.system.encode() + orjson.dumps(_SCHEMAS))
-        self.receipts = self.goals = self.acts = self.works = self.epoch = self.n_turn = 0
+        self.goals = self.acts = self.works = self.epoch = self.n_turn = 0
         self.bound, self.bound_digest = "", ""
         self.pending: list[str] = []  # closed turns no packet covers yet
         self.recent: deque[str] = deque(maxlen=8)
@@ -154,6 +159,13 @@ class Builder:
         self.did: list[dict[str, Any]] = []
         self.pres: list[dict[str, Any]] = []
         self.usage: dict[str, int] = {}
+        # Consistent figures (pipeline.generate_replay): the engine following the active
+        # chain, and whether the turn about to start will be abandoned by a re-ask.
+        self.replay = SessionReplay() if plan.consistent else None
+        self.abandoned_next = False
+        self.seen_digests: set[str] = set()
+        self.noise_rng = Random(mix(plan.seed, _NOISE_SALT))
+        self.bias = self.noise_rng.uniform(-0.75, 0.75) * plan.noise
         self.ops: dict[str, Callable[[Random, int], RawEntry]] = {
             name[4:]: getattr(self, name) for name in dir(self) if name.startswith("_op_")}
 
@@ -169,6 +181,8 @@ class Builder:
         at = None if self.p.t13 or not self.turn else self.turn
         e = RawEntry(eid, parent or self.tail, _ts(self.ns), at, kind, payload, event)
         self.tail = eid
+        if self.replay is not None:
+            self.replay.feed(e)
         return e
 
     def header(self) -> RawEntry:
@@ -203,6 +217,11 @@ class Builder:
                     ids.pop()
         else:
             text = _sentence(rng, 5, 28)
+        if self.replay is not None:
+            if parent is not None:  # back to the state before the abandoned turn
+                self.replay.rewind()
+            if self.abandoned_next:  # this turn will be abandoned: keep the state before it
+                self.replay.checkpoint()
         self.turn_parent = parent or self.tail
         self.asked, self.ctx0 = text, self.ctx
         self.ctx += len(text) // 4 + 8
@@ -307,8 +326,18 @@ class Builder:
         return self._new(rng, "context_selection", {"policy_version": 3,
                          "leaf_id": self.tail, "plan": plan}, (1, 20))
 
-    def _usage(self, rng: Random, out: int) -> dict[str, int]:
-        total = self.ctx + self.prefix_tokens  # input grows along the session
+    def _reported(self, total: int) -> int:
+        """``total`` as a provider reports it: ``noise`` adds a drift, per session and
+        per request, within ``±noise`` of the true count."""
+        noise = self.p.noise
+        if not noise or not total:
+            return total
+        rel = self.bias + self.noise_rng.uniform(-0.25, 0.25) * noise
+        return max(1, round(total * (1 + rel)))
+
+    def _usage(self, rng: Random, total: int, out: int) -> dict[str, int]:
+        """Split a request's input of ``total`` tokens as the provider reports it."""
+        total = self._reported(total)
         self.ctx += out
         if self.p.provider == "ollama":
             u = {"input_tokens": total, "output_tokens": out}
@@ -334,10 +363,19 @@ class Builder:
                 think["signature"] = f"{rng.getrandbits(256):064x}"
             blocks.insert(0, think)
             chars += len(text)
-        meta = {"model": self.p.model, "stop_reason": stop,
-                "usage": self._usage(rng, chars // 4 + rng.randint(5, 60))}
-        return self._new(rng, "message", {"message": {"role": "assistant", "content": blocks},
-                                          "meta": meta}, (800, 30_000))
+        out = chars // 4 + rng.randint(5, 60)
+        usage: dict[str, int] = {}  # filled once the request is known
+        meta = {"model": self.p.model, "stop_reason": stop, "usage": usage}
+        e = self._new(rng, "message", {"message": {"role": "assistant", "content": blocks},
+                                       "meta": meta}, (800, 30_000))
+        if self.replay is not None:
+            req = self.replay.request()
+            total = req.replayed_tokens
+            self.prefix_tokens, self.prefix_digest = req.prefix_tokens, req.prefix_digest
+        else:
+            total = self.ctx + self.prefix_tokens  # input grows along the session
+        usage.update(self._usage(rng, total, out))
+        return e
 
     def _op_step(self, rng: Random, n_tools: int) -> RawEntry:
         self.tools = []
@@ -366,7 +404,7 @@ class Builder:
                                len(text))
 
     def _op_receipt(self, rng: Random, _: int) -> RawEntry:
-        p, self.receipts = self.p, self.receipts + 1
+        p = self.p
         attempts: list[dict[str, Any]] = []
         failures = rng.choice((1, 2)) if rng.random() < 0.08 else 0
         for k in range(failures):  # failed attempts first, then the winning one
@@ -382,7 +420,8 @@ class Builder:
         payload: dict[str, Any] = {"purpose": "execute", "provider": p.provider,
                                    "model": p.model, "winning_attempt": failures,
                                    "attempts": attempts, "prefix_digest": self.prefix_digest}
-        if self.receipts == 1:  # measured only on the first request seen with a digest
+        if self.prefix_digest not in self.seen_digests:  # measured on the first request
+            self.seen_digests.add(self.prefix_digest)     # seen with a digest only
             payload["prefix_tokens"] = self.prefix_tokens
         return self._new(rng, "receipt", payload, (1, 20))
 
@@ -462,11 +501,16 @@ class Builder:
                 "answered": {"presentations": self.pres, "narration": self.narration},
                 "outcome": "completed", "reading": {"act": self.act, "domains": [],
                                                     "modalities": ["text"]},
-                "tokens_full": max(40, self.ctx - self.ctx0),
-                "tokens_card": 12 + len(self.asked) // 8 + 6 * len(self.did)}
+                "tokens_full": 0, "tokens_card": 0}  # set below: the card line omits them
         self.pending.append(self.turn)
         self.recent.append(self.turn)
-        return self._new(rng, "turn_card", {"turn_id": self.turn, "card": card}, (1, 40))
+        e = self._new(rng, "turn_card", {"turn_id": self.turn, "card": card}, (1, 40))
+        if self.replay is not None:
+            card["tokens_full"], card["tokens_card"] = self.replay.card_tokens(self.turn)
+        else:
+            card["tokens_full"] = max(40, self.ctx - self.ctx0)
+            card["tokens_card"] = 12 + len(self.asked) // 8 + 6 * len(self.did)
+        return e
 
     def _op_compaction(self, rng: Random, reset: int) -> RawEntry:
         first, last = (self.pending[0], self.pending[-1]) if self.pending else ("", "")

@@ -128,6 +128,8 @@ class ReplayEngine:
         self.pending: RequestReplay | None = None
         self._prefix_cache: dict[str, int] = {}
         self._tools: dict[str, str] = {}  # tool_use id -> tool name, for result digests
+        self._version = 0  # bumped by whatever changes the closed part of a request
+        self._closed_cache: tuple[tuple[int, int], Any] | None = None
 
     # -- counting -------------------------------------------------------------------
     def count(self, text: str) -> int:
@@ -285,6 +287,7 @@ class ReplayEngine:
         costs.card_tokens = self.count(line) + 1  # the line and its newline
         costs.card_digest = _sha(line)
         costs.card_line = line
+        self._version += 1
 
     def _compaction(self, entry: Entry) -> None:
         summary = entry.data.get("summary")
@@ -297,12 +300,14 @@ class ReplayEngine:
             replaced = len(self.index.turns) - (1 if keep_open and turn and not turn.closed
                                                  else 0)
             self.reset = (cost[0], cost[1], replaced)
+            self._version += 1
             self.packets.clear()
             self.plan = None
         else:
             first, last = entry.data.get("first_turn_id"), entry.data.get("last_turn_id")
             if isinstance(first, str) and isinstance(last, str):
                 self.packets[(first, last)] = cost
+                self._version += 1
 
     def _selection(self, entry: Entry) -> None:
         plan = entry.data.get("plan")
@@ -315,6 +320,7 @@ class ReplayEngine:
         rng = plan.get("packet_range")
         packet = (str(rng[0]), str(rng[1])) if isinstance(rng, list) and len(rng) == 2 else None
         self.plan = Plan(modes, packet, entry.id)
+        self._version += 1
 
     def _receipt(self, entry: Entry) -> None:
         req = self.pending
@@ -335,7 +341,21 @@ class ReplayEngine:
 
     # -- the request ----------------------------------------------------------------
     def _closed_parts(self) -> tuple[int, list[str], int, list[int], list[int], str]:
-        """Tokens and digests of everything before the open turn, under the plan."""
+        """Tokens and digests of everything before the open turn, under the plan.
+
+        Cached until something it depends on changes (a turn starts, a card, packet,
+        reset or plan arrives), so the iterations of one turn cost O(1) each. Under the
+        planner the plan depends on the open turn's size: no cache then.
+        """
+        key = (len(self.index.turns), self._version)
+        if self.planner is None and self._closed_cache is not None \
+                and self._closed_cache[0] == key:
+            return self._closed_cache[1]
+        result = self._closed_parts_uncached()
+        self._closed_cache = (key, result)
+        return result
+
+    def _closed_parts_uncached(self) -> tuple[int, list[str], int, list[int], list[int], str]:
         rules = self.rules
         turns = self.index.turns
         open_turn = turns[-1]
@@ -379,8 +399,7 @@ class ReplayEngine:
                 full_parts.append(costs.full.hexdigest())
                 n_full += 1
         if packet_turns:
-            ids = {t.number: t.id for t in turns}
-            first, last = ids[packet_turns[0]], ids[packet_turns[-1]]
+            first, last = turns[packet_turns[0] - 1].id, turns[packet_turns[-1] - 1].id
             cost = self.packets.get((first, last))
             if cost is not None:
                 tokens += cost[0]

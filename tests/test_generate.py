@@ -9,6 +9,7 @@ import statistics
 import tracemalloc
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import orjson
 import pytest
@@ -22,8 +23,13 @@ from pipeline.generate import (
     ground_truth,
 )
 from pipeline.generate_faults import LongText, RawEntry, serialize
+from pipeline.generate_replay import fork_engine
 from pipeline.layout import cwd_hash, parse_session_path
+from pipeline.projection import get_rule_set
 from pipeline.reader import KNOWN_KINDS, Entry, read_ledger
+from pipeline.replay import ReplayEngine, RequestReplay
+from pipeline.tokens import get_tokenizer
+from pipeline.tree import TreeIndex
 from pipeline.types import Code, Severity
 
 TS = re.compile(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z\Z")
@@ -258,7 +264,9 @@ def test_ground_truth_has_the_conformance_shape(faulty_fleet: list[GeneratedSess
 
 
 def test_streaming_keeps_memory_far_below_the_session_size() -> None:
-    s = generate_session(4, target_bytes=20_000_000)
+    # The benchmarks' path. With consistent figures, the replay engine adds state per
+    # turn (never per byte) and the tokenizer a few copies of the largest line.
+    s = generate_session(4, target_bytes=20_000_000, consistent=False)
     size = largest = 0
     tracemalloc.start()
     try:
@@ -305,3 +313,148 @@ def test_long_text_serialises_as_orjson_would() -> None:
                     {"kind": "contract_status_changed"})
     line = serialize(work, None)
     assert line.endswith(b'"revision":0,"kind":{"kind":"contract_status_changed"}}\n')
+
+
+# -- consistency with replay (projection rule set v1) ----------------------------------
+
+
+@dataclass
+class Replayed:
+    """What a replay of a session's active chain finds against the recorded figures."""
+
+    requests: list[RequestReplay] = field(default_factory=list)
+    #: (entry id, recorded input of the receipt's winning attempt, replayed input)
+    receipts: list[tuple[str, int, int]] = field(default_factory=list)
+    #: (turn id, recorded tokens_full, replayed, recorded tokens_card, replayed)
+    cards: list[tuple[str, int, int, int, int | None]] = field(default_factory=list)
+    abandoned: int = 0
+
+
+def replay(lines: Iterable[bytes]) -> Replayed:
+    """Replay the active chain (as the audit finds it) with a fresh engine."""
+    es = entries(lines)
+    tree = TreeIndex()
+    for e in es:
+        tree.add(e)
+    tree.finish()
+    active = {n.line for n in tree.active_chain()}
+    engine = ReplayEngine(get_rule_set("v1"), get_tokenizer())
+    out = Replayed(abandoned=len(es) - len(active))
+    assistants: dict[str, RequestReplay] = {}
+    for e in es:
+        if e.line not in active:
+            continue
+        out.requests += engine.feed(e)
+        if engine.pending is not None:
+            assistants[engine.pending.entry_id] = engine.pending
+        if e.kind == "receipt":
+            att = e.data["attempts"][e.data["winning_attempt"]]
+            u = att["usage"]
+            rec = (u["input_tokens"] + u.get("cache_read_input_tokens", 0)
+                   + u.get("cache_creation_input_tokens", 0))
+            assert e.parent_id is not None
+            out.receipts.append((e.id, rec, assistants[e.parent_id].replayed_tokens))
+        elif e.kind == "turn_card":
+            turn = engine.index.current
+            assert turn is not None and turn.id == e.data["turn_id"]
+            costs, card = engine.costs[turn.number - 1], e.data["card"]
+            out.cards.append((turn.id, card["tokens_full"], costs.full.tokens,
+                              card["tokens_card"], costs.card_tokens))
+    out.requests += engine.finish()
+    return out
+
+
+def assert_consistent(r: Replayed, where: str) -> None:
+    assert r.requests and r.cards, where
+    for q in r.requests:
+        assert q.reported_input == q.replayed_tokens, (where, q)
+        assert q.recorded_prefix_digest == q.prefix_digest, (where, q)
+        assert q.recorded_prefix_tokens in (None, q.prefix_tokens), (where, q)
+    for rid, recorded, replayed in r.receipts:
+        assert recorded == replayed, (where, rid)
+    for tid, full, want_full, card, want_card in r.cards:
+        assert (full, card) == (want_full, want_card), (where, tid)
+
+
+@pytest.fixture(scope="module")
+def consistent_fleet() -> list[GeneratedSession]:
+    return list(generate_fleet(20, seed=11))
+
+
+def test_replay_reproduces_every_generated_figure(
+    consistent_fleet: list[GeneratedSession],
+) -> None:
+    features: Counter[str] = Counter()
+    for s in consistent_fleet:
+        lines = list(s.lines())
+        r = replay(lines)
+        assert_consistent(r, s.path)
+        # vak measures prefix_tokens once per prefix digest: the first request has it
+        assert r.requests[0].recorded_prefix_tokens is not None
+        features["abandoned"] += r.abandoned > 0
+        features["selection"] += any(q.plan_source for q in r.requests)
+        features["cards in a request"] += any(q.plan_card_turns for q in r.requests)
+        features["t13"] += all(b'"at_turn"' not in line for line in lines)
+        features["reset"] += any(b'"reset_all":true' in line for line in lines)
+    # the fleet exercises branches, plans, card lines and resets
+    assert all(features[f] > 0 for f in (
+        "abandoned", "selection", "cards in a request", "t13", "reset")), features
+
+
+def test_consistent_and_drawn_figures_share_the_content() -> None:
+    exact = entries(generate_session(31, turns=12).lines())
+    drawn = entries(generate_session(31, turns=12, consistent=False).lines())
+    assert [(e.id, e.kind, e.content) for e in exact] == [(e.id, e.kind, e.content)
+                                                          for e in drawn]
+    assert [e.meta.get("usage") for e in exact] != [e.meta.get("usage") for e in drawn]
+    # the drawn figures are only plausible: a replay does not reproduce them
+    r = replay(generate_session(31, turns=12, consistent=False).lines())
+    assert any(q.reported_input != q.replayed_tokens for q in r.requests)
+
+
+def test_noise_perturbs_reported_usage_by_a_few_percent(
+    consistent_fleet: list[GeneratedSession],
+) -> None:
+    noisy = list(generate_fleet(20, seed=11, noise=0.03))
+    assert b"".join(noisy[0].lines()) == b"".join(  # deterministic from the seed
+        generate_session(noisy[0]._plan.seed, noise=0.03).lines())
+    off = total = 0
+    for s, exact in zip(noisy, consistent_fleet, strict=True):
+        r = replay(s.lines())
+        assert [q.entry_id for q in r.requests] == [q.entry_id for q in replay(
+            exact.lines()).requests]  # same sessions, only the reported figures moved
+        for q in r.requests:
+            assert q.reported_input is not None
+            assert abs(q.reported_input - q.replayed_tokens) <= 0.03 * q.replayed_tokens + 1
+            assert q.recorded_prefix_digest == q.prefix_digest  # vak's own measures stay
+            off += q.reported_input != q.replayed_tokens
+            total += 1
+        for _, recorded, replayed in r.receipts:
+            assert abs(recorded - replayed) <= 0.03 * replayed + 1
+        for _, full, want_full, card, want_card in r.cards:
+            assert (full, card) == (want_full, want_card)
+    assert off > 0.9 * total
+
+
+def test_faults_do_not_break_consistency_elsewhere() -> None:
+    for s in generate_fleet(40, seed=5, faults=True, size_scale=0.3):
+        if s.fault is None or s.fault in ("cwd_hash_mismatch", "session_id_mismatch"):
+            assert_consistent(replay(s.lines()), s.path)
+
+
+def test_a_forked_engine_is_independent() -> None:
+    s = generate_session(3, turns=4, t13=False)
+    es = entries(s.lines())
+    cut = max(i for i, e in enumerate(es) if e.role == "user" and not e.meta.get("control")
+              and e.content[0].get("type") == "text")  # the last directive
+    engine = ReplayEngine(get_rule_set("v1"), get_tokenizer())
+    for e in es[:cut]:
+        list(engine.feed(e))
+    before = (len(engine.index.turns), [c.full.hexdigest() for c in engine.costs],
+              engine.costs[-1].open.tokens, dict(engine._tools))
+    fork = fork_engine(engine)
+    for e in es[cut:]:
+        list(fork.feed(e))
+    after = (len(engine.index.turns), [c.full.hexdigest() for c in engine.costs],
+             engine.costs[-1].open.tokens, dict(engine._tools))
+    assert before == after and len(fork.index.turns) == len(engine.index.turns) + 1

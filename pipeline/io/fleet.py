@@ -23,19 +23,24 @@ class WrittenFleet:
 
 
 def write_fleet(out: Location, *, sessions: int, seed: int, faults: bool = False,
-                size_scale: float = 1.0) -> WrittenFleet:
+                size_scale: float = 1.0, consistent: bool = True,
+                noise: float = 0.0) -> WrittenFleet:
     """Generate a fleet and write it under ``out`` in the archive layout.
 
     Sessions are streamed line by line into their objects, so memory stays bounded
     whatever their size. The ground truth (injected faults, lines and bytes per
     session, in the shape of the conformance ``expected.json``) goes to
     ``out/ground-truth.json``, which an audit counts as a skipped object.
+    ``consistent`` makes reported usage and card figures exactly what replay under rule
+    set v1 computes (~10 MB/s: it tokenizes); ``noise`` perturbs reported usage by up to
+    that fraction, as providers do.
     """
     fs = out.filesystem()
     truth: dict[str, dict[str, Any]] = {}
     total = 0
     try:
-        for s in generate_fleet(sessions, seed, faults=faults, size_scale=size_scale):
+        for s in generate_fleet(sessions, seed, faults=faults, size_scale=size_scale,
+                                consistent=consistent, noise=noise):
             n_lines = n_bytes = 0
             path = out.join(s.path)
             if out.protocol == "file":  # object stores have no folders to create
