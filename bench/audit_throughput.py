@@ -24,10 +24,12 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import BENCH_DIR, cluster, corpus_bytes, fleet, timed, worker_peaks  # noqa: E402
-from pipeline.generate import generate_session  # noqa: E402
-from pipeline.io.storage import resolve  # noqa: E402
-from pipeline.orchestrate import run_audit  # noqa: E402
+import contextlib
+
+from bench.common import BENCH_DIR, cluster, corpus_bytes, fleet, timed, worker_peaks
+from pipeline.generate import generate_session
+from pipeline.io.storage import resolve
+from pipeline.orchestrate import run_audit
 
 MB = 1_000_000
 
@@ -40,10 +42,8 @@ def raw_floor(root: Path) -> int:
             for line in f:
                 body = line[:-1] if line.endswith(b"\n") else line
                 hashlib.sha256(body).hexdigest()
-                try:
+                with contextlib.suppress(orjson.JSONDecodeError):
                     orjson.loads(body)
-                except orjson.JSONDecodeError:
-                    pass
                 n += 1
     return n
 

@@ -124,6 +124,8 @@ class SessionAudit:
 
     row: dict[str, Any]
     findings: list[Finding] = field(default_factory=list)
+    #: ``(line, id)`` of every active-chain entry, for a replay pass over the same bytes.
+    active: frozenset[tuple[int, str]] = frozenset()
 
 
 def _header_fields(entry: Entry) -> dict[str, Any]:
@@ -267,4 +269,4 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
         "last_ts": ts_nanos(last_ts),
     }
     row.update(_figures(tree))
-    return SessionAudit(row, findings)
+    return SessionAudit(row, findings, frozenset((n.line, n.id) for n in active))

@@ -31,3 +31,7 @@ class OutputInsideArchiveError(PipelineError, ValueError):
 
 class CommitError(PipelineError, OSError):
     """A run's staged output could not be committed; the previous output stands."""
+
+
+class ClusterError(PipelineError, OSError):
+    """The Dask scheduler to join cannot be reached."""

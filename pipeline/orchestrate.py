@@ -19,7 +19,7 @@ import dask
 from distributed import Client, LocalCluster, as_completed
 from tqdm import tqdm
 
-from pipeline.errors import UsageError
+from pipeline.errors import ClusterError, UsageError
 from pipeline.io.commit import StagedRun, new_run_id
 from pipeline.io.storage import Listing, Location, SessionObject, check_output, enumerate_sessions
 from pipeline.io.tables import DATASETS
@@ -58,6 +58,13 @@ def plan_batches(sessions: list[SessionObject], workers: int) -> list[list[Sessi
     return batches
 
 
+def scheduler_address(scheduler: str | None = None) -> str | None:
+    """The scheduler to join: ``scheduler``, else ``DASK_SCHEDULER_ADDRESS``, else none."""
+    dask.config.refresh()
+    address: str | None = scheduler or dask.config.get("scheduler-address", None)
+    return address
+
+
 @contextmanager
 def dask_client(
     scheduler: str | None = None, workers: int | None = None, processes: bool = True
@@ -66,16 +73,22 @@ def dask_client(
 
     The LocalCluster has one single-threaded worker process per core (the work is
     CPU-bound Python, so threads would only share the GIL) and keeps its scratch
-    files in the temporary directory.
+    files in Dask's ``temporary-directory`` when one is configured, else in the
+    system's temporary directory.
     """
-    dask.config.refresh()
-    address = scheduler or dask.config.get("scheduler-address", None)
+    address = scheduler_address(scheduler)
     if address:
-        with Client(address, set_as_default=False) as client:
+        try:
+            remote = Client(address, set_as_default=False)
+        except OSError as err:  # distributed's connect timeout is an OSError too
+            text = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ClusterError(f"cannot reach the Dask scheduler {address}: {text}") from err
+        with remote as client:
             yield client
         return
     n = workers or os.cpu_count() or 1
-    scratch = os.path.join(tempfile.gettempdir(), "vakpipe-dask")
+    scratch = (dask.config.get("temporary-directory", None)
+               or os.path.join(tempfile.gettempdir(), "vakpipe-dask"))
     with dask.config.set({"temporary-directory": scratch, "distributed.worker.daemon": True}):
         cluster = LocalCluster(
             n_workers=n,
@@ -174,7 +187,10 @@ def run_audit(
         Counts of sessions, bytes, statuses and finding codes.
     """
     check_output(root, out)
-    if root.protocol == "memory" and scheduler:
+    # memory:// lives in this process only: its workers must be threads here, never the
+    # workers of a scheduler (given, or found in DASK_SCHEDULER_ADDRESS).
+    in_process = "memory" in (root.protocol, out.protocol)
+    if root.protocol == "memory" and scheduler_address(scheduler):
         raise UsageError(
             "memory:// exists only inside this process; a remote cluster cannot read it"
         )
@@ -189,8 +205,6 @@ def run_audit(
         summary.statuses.update(result.statuses)
         summary.codes.update(result.codes)
 
-    # memory:// lives in this process only: its workers must be threads here.
-    in_process = "memory" in (root.protocol, out.protocol)
     try:
         with dask_client(scheduler, workers, processes=not in_process) as client:
             run_batches(client, root, listing, collect, progress=progress)

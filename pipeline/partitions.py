@@ -29,6 +29,8 @@ class BatchResult:
     bytes_read: int = 0
     codes: Counter[str] = field(default_factory=Counter)
     statuses: Counter[str] = field(default_factory=Counter)
+    #: Further datasets of the run (replay: ``turns``, ``requests``), by name.
+    extra: dict[str, pa.Table] = field(default_factory=dict)
 
 
 def unreadable(obj: SessionObject, err: BaseException) -> SessionAudit:
@@ -71,7 +73,12 @@ def audit_batch(root: Location, index: int, batch: list[SessionObject]) -> Batch
     batch:
         The sessions to audit, in path order.
     """
-    audits = [audit_object(root, obj) for obj in batch]
+    return audit_batch_result(index, batch, [audit_object(root, obj) for obj in batch])
+
+
+def audit_batch_result(index: int, batch: list[SessionObject],
+                       audits: list[SessionAudit]) -> BatchResult:
+    """The integrity tables and counts of a batch's audits."""
     result = BatchResult(
         index,
         sessions_table([a.row for a in audits]),

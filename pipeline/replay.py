@@ -24,6 +24,8 @@ from pipeline.tokens import Tokenizer
 from pipeline.turns import Turn, TurnIndex, is_control
 
 _EMPTY = hashlib.sha256(b"").hexdigest()
+#: tokens, part digests, Full turns, Card turns, packet turns, plan source
+ClosedParts = tuple[int, list[str], int, list[int], list[int], str]
 
 
 def _sha(text: str) -> str:
@@ -129,7 +131,7 @@ class ReplayEngine:
         self._prefix_cache: dict[str, int] = {}
         self._tools: dict[str, str] = {}  # tool_use id -> tool name, for result digests
         self._version = 0  # bumped by whatever changes the closed part of a request
-        self._closed_cache: tuple[tuple[int, int], Any] | None = None
+        self._closed_cache: tuple[tuple[int, int], ClosedParts] | None = None
 
     # -- counting -------------------------------------------------------------------
     def count(self, text: str) -> int:
@@ -340,7 +342,7 @@ class ReplayEngine:
                         req.reported_input, req.reported_output = u[0] + u[2] + u[3], u[1]
 
     # -- the request ----------------------------------------------------------------
-    def _closed_parts(self) -> tuple[int, list[str], int, list[int], list[int], str]:
+    def _closed_parts(self) -> ClosedParts:
         """Tokens and digests of everything before the open turn, under the plan.
 
         Cached until something it depends on changes (a turn starts, a card, packet,
@@ -355,7 +357,7 @@ class ReplayEngine:
         self._closed_cache = (key, result)
         return result
 
-    def _closed_parts_uncached(self) -> tuple[int, list[str], int, list[int], list[int], str]:
+    def _closed_parts_uncached(self) -> ClosedParts:
         rules = self.rules
         turns = self.index.turns
         open_turn = turns[-1]

@@ -58,7 +58,7 @@ class StagedRun:
         fs = self.out.filesystem()
         path = posixpath.join(self.stage_path, dataset, f"part-{index:05d}.parquet")
         try:
-            fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            self.out.makedirs(posixpath.dirname(path))
             with fs.open(path, "wb") as f:
                 pq.write_table(table.cast(self.schemas[dataset]), f, compression="zstd")
         except storage_errors() as err:
@@ -80,7 +80,7 @@ class StagedRun:
         try:
             for dataset, parts in self._parts.items():
                 final_dir = self.out.join(dataset)
-                fs.makedirs(final_dir, exist_ok=True)
+                self.out.makedirs(final_dir)
                 names = []
                 for index in sorted(parts):
                     staged, n = parts[index]

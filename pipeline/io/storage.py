@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import os
 from collections.abc import Iterator
@@ -14,6 +15,9 @@ from fsspec.core import url_to_fs
 
 from pipeline.errors import EmptyInputError, OutputInsideArchiveError, StorageError, UsageError
 from pipeline.layout import SessionKey, parse_session_path
+
+#: Protocols whose paths are object keys under a bucket, with no folders to create.
+OBJECT_STORES = frozenset({"s3", "gs", "gcs", "az", "abfs", "abfss"})
 
 #: Read buffer for streamed ledgers: lines are cut from it, so memory stays bounded by
 #: this plus the largest line, whatever the file size.
@@ -57,8 +61,23 @@ def parse_storage_options(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
         *parents, leaf = key.split(".")
         for p in parents:
             target = target.setdefault(p, {})
+            if not isinstance(target, dict):
+                raise UsageError(f"--storage-option {pair!r}: {p!r} was given a value already")
+        if isinstance(target.get(leaf), dict):
+            raise UsageError(f"--storage-option {pair!r}: {leaf!r} has options nested already")
         target[leaf] = value
     return options
+
+
+def _with_defaults(options: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``options`` over ``defaults``, nested dicts merged key by key (never mutated)."""
+    merged = dict(options)
+    for key, value in defaults.items():
+        if key not in merged:
+            merged[key] = copy.deepcopy(value)
+        elif isinstance(value, dict) and isinstance(merged[key], dict):
+            merged[key] = _with_defaults(merged[key], value)
+    return merged
 
 
 @dataclass(frozen=True)
@@ -75,8 +94,23 @@ class Location:
     storage_options: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def filesystem(self) -> fsspec.AbstractFileSystem:
-        """The fsspec filesystem behind this location."""
-        return fsspec.filesystem(self.protocol, **self.storage_options)
+        """The fsspec filesystem behind this location (one cached instance per process).
+
+        The options go in as a copy: botocore rewrites the ``retries`` dict it is given
+        in place, which changed this location's options, hence fsspec's cache key, after
+        the first request (a second instance, without the first one's listing cache).
+        """
+        return fsspec.filesystem(self.protocol, **copy.deepcopy(self.storage_options))
+
+    def makedirs(self, path: str) -> None:
+        """Create folder ``path`` where the storage has folders.
+
+        Object stores have none, and their ``makedirs`` is harmful: s3fs's creates the
+        *bucket* when it cannot see it (a typo in ``--out`` made a new bucket, and a
+        writer allowed to put objects but not to list the bucket failed on CreateBucket).
+        """
+        if self.protocol not in OBJECT_STORES:
+            self.filesystem().makedirs(path, exist_ok=True)
 
     def join(self, *parts: str) -> str:
         """Filesystem path of ``parts`` below this location."""
@@ -105,8 +139,8 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     if protocol in ("s3", "s3a"):
         protocol = "s3"
-        for key, value in _S3_DEFAULTS.items():
-            options.setdefault(key, value)
+        # Merged key by key: overriding one retry setting keeps the bounded timeouts.
+        options = _with_defaults(options, _S3_DEFAULTS)
         if os.environ.get("AWS_PROFILE") and "profile" not in options:
             options["profile"] = os.environ["AWS_PROFILE"]
     if protocol == "file":
@@ -164,12 +198,22 @@ def storage_error(err: BaseException, url: str) -> StorageError:
 
 
 def storage_errors() -> tuple[type[BaseException], ...]:
-    """Exception types that mean "the storage failed" (OSError and botocore's)."""
+    """Exception types that mean "the storage failed" (OSError, botocore's, aiohttp's).
+
+    aiohttp's are there because s3fs lets them through once its own retries are spent:
+    a body cut short (``ClientPayloadError``) is not an OSError.
+    """
     errors: list[type[BaseException]] = [OSError]
     try:  # botocore is only there when s3fs is; translate its errors when it is
         from botocore.exceptions import BotoCoreError, ClientError
 
         errors += [BotoCoreError, ClientError]
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from aiohttp import ClientError as HTTPClientError
+
+        errors.append(HTTPClientError)
     except ImportError:  # pragma: no cover
         pass
     return tuple(errors)

@@ -1,0 +1,62 @@
+"""Plain helpers of the IO, orchestration and CLI tests (fixtures are in conftest)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from pipeline.io.storage import Location, resolve
+
+#: The bucket the ``s3`` fixture creates for every test.
+BUCKET = "vakpipe-test"
+
+
+@dataclass(frozen=True)
+class Places:
+    """Where one test's archive and output go, on one kind of storage."""
+
+    kind: str
+    archive: Location
+    out: Location
+
+
+def places(kind: str, tmp_path: Path) -> Places:
+    """An archive and an output location of ``kind`` (``local``, ``memory``, ``s3``)."""
+    if kind == "local":
+        return Places(kind, resolve(str(tmp_path / "archive")), resolve(str(tmp_path / "out")))
+    if kind == "memory":
+        base = f"memory://{tmp_path.name}"
+        return Places(kind, resolve(f"{base}/archive"), resolve(f"{base}/out"))
+    if kind == "s3":
+        return Places(kind, resolve(f"s3://{BUCKET}/archive"), resolve(f"s3://{BUCKET}/out"))
+    raise ValueError(kind)
+
+
+def vakpipe_exe() -> str:
+    """The ``vakpipe`` console script of this environment."""
+    sibling = Path(sys.executable).with_name("vakpipe")
+    if sibling.exists():
+        return str(sibling)
+    found = shutil.which("vakpipe")
+    if found is None:  # pragma: no cover
+        pytest.fail("the vakpipe entry point is not installed (pip install -e .)")
+    return found
+
+
+def plain_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """A table's rows as dicts, timestamps as integer nanoseconds, in a canonical order.
+
+    (Nanosecond timestamps do not convert to ``datetime`` without pandas.)
+    """
+    columns = [
+        col.cast(pa.int64()) if pa.types.is_timestamp(col.type) else col for col in table.columns
+    ]
+    rows = pa.Table.from_arrays(columns, names=table.column_names).to_pylist()
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True))

@@ -1,0 +1,237 @@
+"""Tests of pipeline.io.commit: staged writes, atomic commits, reruns, failed runs.
+
+Each test runs on a local folder and on S3 (moto's server over real HTTP). The audits
+here read a ``memory://`` archive, so ``run_audit`` runs its tasks on threads of this
+process, where a test can make a batch fail.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+from storage_helpers import Places, places, plain_rows
+
+import pipeline.orchestrate as orchestrate
+from pipeline.errors import CommitError
+from pipeline.io.commit import (
+    MANIFEST,
+    STAGING,
+    SUCCESS,
+    StagedRun,
+    read_dataset,
+    read_manifest,
+)
+from pipeline.io.fleet import write_fleet
+from pipeline.io.storage import Location, enumerate_sessions
+from pipeline.io.tables import DATASETS, SESSIONS_SCHEMA, findings_table
+from pipeline.partitions import BatchResult, audit_batch
+from pipeline.types import Code, Finding
+
+SESSIONS, FINDINGS = "integrity/sessions", "integrity/findings"
+
+
+@pytest.fixture(params=["local", "s3"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Places:
+    if request.param == "s3":
+        request.getfixturevalue("s3")
+    return places(request.param, tmp_path)
+
+
+def snapshot(out: Location) -> dict[str, bytes]:
+    """Every file under ``out``: relative path -> bytes."""
+    fs = out.filesystem()
+    fs.invalidate_cache()
+    prefix = out.path.rstrip("/") + "/"
+    return {p[len(prefix):]: fs.cat_file(p) for p in fs.find(out.path)}
+
+
+def session_rows(*paths: str) -> pa.Table:
+    return pa.Table.from_pylist(
+        [{"session_path": p, "agent": "vak", "status": "ok", "lines": i} for i, p in
+         enumerate(paths)], schema=SESSIONS_SCHEMA)
+
+
+def finding_rows(*paths: str) -> pa.Table:
+    return findings_table((p, Finding(Code.TORN_TAIL, 3, "id", "detail")) for p in paths)
+
+
+def staged(out: Location, run_id: str, parts: dict[int, list[str]]) -> StagedRun:
+    run = StagedRun(out, run_id, DATASETS)
+    for index, paths in parts.items():
+        run.write_part(SESSIONS, index, session_rows(*paths))
+        run.write_part(FINDINGS, index, finding_rows(*paths))
+    return run
+
+
+# --- StagedRun on its own -----------------------------------------------------------------
+
+
+def test_commit_publishes_manifest_success_and_readable_datasets(where: Places) -> None:
+    out = where.out
+    run = staged(out, "run-1", {0: ["a", "b"], 1: ["c"]})
+    manifest = run.commit({"sessions": 3})
+    fs = out.filesystem()
+    assert read_manifest(out) == manifest
+    assert manifest["run_id"] == "run-1" and manifest["sessions"] == 3
+    assert manifest["datasets"][SESSIONS] == {
+        "files": ["part-run-1-00000.parquet", "part-run-1-00001.parquet"], "rows": 3}
+    assert fs.cat_file(out.join(SUCCESS)) == b"run-1"
+    files = snapshot(out)
+    assert not any(p.startswith(STAGING) for p in files), files
+    published = {posixpath.join(d, f) for d in DATASETS for f in manifest["datasets"][d]["files"]}
+    assert set(files) == {MANIFEST, SUCCESS} | published
+    for dataset, schema in DATASETS.items():
+        table = read_dataset(out, dataset)
+        assert table.schema == schema and table.num_rows == 3
+        # The folder reads as a plain Parquet dataset too (no stray files in it).
+        direct = ds.dataset(out.join(dataset), filesystem=fs, format="parquet").to_table()
+        assert direct.schema == schema
+        assert plain_rows(direct) == plain_rows(table)
+    assert sorted(read_dataset(out, SESSIONS)["session_path"].to_pylist()) == ["a", "b", "c"]
+
+
+def test_commit_of_a_run_without_rows_writes_empty_datasets(where: Places) -> None:
+    manifest = StagedRun(where.out, "run-empty", DATASETS).commit({})
+    for dataset, schema in DATASETS.items():
+        assert manifest["datasets"][dataset]["rows"] == 0
+        table = read_dataset(where.out, dataset)
+        assert table.num_rows == 0 and table.schema == schema
+
+
+def test_rewriting_a_part_replaces_it(where: Places) -> None:
+    run = staged(where.out, "run-1", {0: ["a", "b"]})
+    run.write_part(SESSIONS, 0, session_rows("z"))
+    run.commit({})
+    assert read_dataset(where.out, SESSIONS)["session_path"].to_pylist() == ["z"]
+
+
+def test_unknown_dataset_is_refused(where: Places) -> None:
+    with pytest.raises(KeyError):
+        StagedRun(where.out, "r", DATASETS).write_part("nope", 0, session_rows("a"))
+
+
+def test_abort_leaves_the_previous_output_byte_identical(where: Places) -> None:
+    staged(where.out, "run-1", {0: ["a"], 1: ["b"]}).commit({"n": 1})
+    before = snapshot(where.out)
+    second = staged(where.out, "run-2", {0: ["x"], 1: ["y"], 2: ["z"]})
+    assert any(p.startswith(STAGING) for p in snapshot(where.out))  # staged, not published
+    second.abort()
+    assert snapshot(where.out) == before
+    assert read_manifest(where.out)["run_id"] == "run-1"  # type: ignore[index]
+
+
+def test_a_new_commit_replaces_the_previous_files(where: Places) -> None:
+    staged(where.out, "run-1", {0: ["a"], 1: ["b"], 2: ["c"]}).commit({})
+    staged(where.out, "run-2", {0: ["x"]}).commit({})
+    files = snapshot(where.out)
+    data_files = sorted(p for p in files if p.endswith(".parquet"))
+    assert data_files == [f"{d}/part-run-2-00000.parquet" for d in (FINDINGS, SESSIONS)]
+    assert files[SUCCESS] == b"run-2"
+    assert read_dataset(where.out, SESSIONS)["session_path"].to_pylist() == ["x"]
+
+
+def test_a_crash_inside_the_commit_keeps_the_previous_manifest(
+    where: Places, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = where.out
+    staged(out, "run-1", {0: ["a"]}).commit({})
+    fs = out.filesystem()
+    real_pipe = fs.pipe_file
+
+    def failing_pipe(path: str, *args: Any, **kwargs: Any) -> Any:
+        if MANIFEST in path:
+            raise PermissionError(f"{path}: simulated failure")
+        return real_pipe(path, *args, **kwargs)
+
+    monkeypatch.setattr(fs, "pipe_file", failing_pipe)
+    with pytest.raises(CommitError, match="run-2"):
+        staged(out, "run-2", {0: ["x"], 1: ["y"]}).commit({})
+    monkeypatch.undo()
+    # The new files were moved in, but readers that go through the manifest still see
+    # exactly the previous run.
+    assert read_manifest(out)["run_id"] == "run-1"  # type: ignore[index]
+    assert read_dataset(out, SESSIONS)["session_path"].to_pylist() == ["a"]
+    assert fs.cat_file(out.join(SUCCESS)) == b"run-1"
+    # The next run removes the strays.
+    staged(out, "run-3", {0: ["q"]}).commit({})
+    data_files = sorted(p for p in snapshot(out) if p.endswith(".parquet"))
+    assert data_files == [f"{d}/part-run-3-00000.parquet" for d in (FINDINGS, SESSIONS)]
+
+
+def test_read_dataset_without_a_commit(where: Places) -> None:
+    assert read_manifest(where.out) is None
+    with pytest.raises(FileNotFoundError, match="integrity/sessions"):
+        read_dataset(where.out, SESSIONS)
+
+
+# --- run_audit over a memory archive, committing to local or S3 ---------------------------
+
+
+@pytest.fixture
+def archive(memfs: fsspec.AbstractFileSystem, monkeypatch: pytest.MonkeyPatch) -> Location:
+    """A 30-session faulty fleet in memory, cut into many small batches."""
+    loc = places("memory", Path("commit-tests")).archive
+    write_fleet(loc, sessions=30, seed=21, faults=True, size_scale=0.2)
+    monkeypatch.setattr(orchestrate, "MIN_BATCH_BYTES", 1)
+    return loc
+
+
+def test_rerun_gives_the_same_rows_without_duplicates(where: Places, archive: Location) -> None:
+    first = orchestrate.run_audit(archive, where.out, workers=2, progress=False)
+    rows1 = {d: plain_rows(read_dataset(where.out, d)) for d in DATASETS}
+    m1 = read_manifest(where.out)
+    assert m1 is not None and len(m1["datasets"][SESSIONS]["files"]) > 1
+    second = orchestrate.run_audit(archive, where.out, workers=2, progress=False)
+    m2 = read_manifest(where.out)
+    assert m2 is not None and m2["run_id"] == second.run_id != first.run_id
+    for d in DATASETS:
+        assert plain_rows(read_dataset(where.out, d)) == rows1[d]
+        assert m2["datasets"][d]["rows"] == m1["datasets"][d]["rows"] == len(rows1[d])
+        # Only the files of the second run are left: a plain dataset read sees no duplicate.
+        direct = ds.dataset(where.out.join(d), filesystem=where.out.filesystem(),
+                            format="parquet").to_table()
+        assert plain_rows(direct) == rows1[d]
+    paths = [r["session_path"] for r in rows1[SESSIONS]]
+    assert len(paths) == len(set(paths)) == 30
+    files = snapshot(where.out)
+    assert not any(p.startswith(STAGING) for p in files)
+    assert all(second.run_id in p for p in files if p.endswith(".parquet"))
+    assert m2["sessions"] == 30 and m2["findings_by_code"] == dict(sorted(second.codes.items()))
+
+
+class BatchFailed(RuntimeError):
+    pass
+
+
+def test_a_failed_batch_leaves_the_previous_output_byte_identical(
+    where: Places, archive: Location, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    orchestrate.run_audit(archive, where.out, workers=2, progress=False)
+    before = snapshot(where.out)
+    last = len(orchestrate.plan_batches(enumerate_sessions(archive).sessions, 2)) - 1
+    assert last >= 3
+
+    def flaky_batch(root: Location, index: int, batch: list[Any]) -> BatchResult:
+        if index == last:
+            raise BatchFailed(f"batch {index} failed")
+        return audit_batch(root, index, batch)
+
+    staged_parts: list[str] = []
+    real_write_part = StagedRun.write_part
+
+    def spy(self: StagedRun, dataset: str, index: int, table: pa.Table) -> None:
+        real_write_part(self, dataset, index, table)
+        staged_parts.append(posixpath.join(self.stage_path, dataset, str(index)))
+
+    monkeypatch.setattr(orchestrate, "audit_batch", flaky_batch)
+    monkeypatch.setattr(StagedRun, "write_part", spy)
+    with pytest.raises(BatchFailed):
+        orchestrate.run_audit(archive, where.out, workers=2, progress=False)
+    assert staged_parts  # batches before the failure were staged, then thrown away
+    assert snapshot(where.out) == before

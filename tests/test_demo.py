@@ -1,0 +1,44 @@
+"""Smoke test of ``vakpipe demo``: the one command a newcomer runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from storage_helpers import vakpipe_exe
+
+from pipeline.io.commit import read_dataset, read_manifest
+from pipeline.io.storage import resolve
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "demo-out"
+    # The demo starts its own S3 endpoint: nothing of the test session's may leak in.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AWS_", "DASK_SCHEDULER"))}
+    done = subprocess.run(
+        [vakpipe_exe(), "demo", "--sessions", "20", "--out", str(out), "--workers", "2"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("local S3 endpoint: http://127.0.0.1:")
+    assert any(line.startswith("uploaded 20 generated sessions") for line in lines)
+    assert any(line.startswith("run ") and " 20 sessions" in line for line in lines)
+    assert any(line.strip().startswith("status:") for line in lines)
+    assert any("findings by code:" in line for line in lines)
+    assert lines[-1].startswith(f"results: {out} ")
+    manifest = read_manifest(resolve(str(out)))
+    assert manifest is not None and manifest["sessions"] == 20
+    assert (out / "_SUCCESS").read_text() == manifest["run_id"]
+    for dataset in ("integrity/sessions", "integrity/findings"):
+        files = manifest["datasets"][dataset]["files"]
+        assert files and all((out / dataset / f).is_file() for f in files)
+        rows = sum(pq.read_table(out / dataset / f).num_rows for f in files)
+        assert rows == manifest["datasets"][dataset]["rows"]
+    assert read_dataset(resolve(str(out)), "integrity/sessions").num_rows == 20
+    assert not (out / "_staging").exists()
