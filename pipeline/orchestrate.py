@@ -22,8 +22,9 @@ from tqdm import tqdm
 from pipeline.errors import ClusterError, UsageError
 from pipeline.io.commit import StagedRun, new_run_id
 from pipeline.io.storage import Listing, Location, SessionObject, check_output, enumerate_sessions
-from pipeline.io.tables import DATASETS
+from pipeline.io.tables import DATASETS, REPLAY_DATASETS
 from pipeline.partitions import BatchResult, audit_batch
+from pipeline.replay_partitions import ReplayOptions, replay_batch
 
 #: A task carries at least this many bytes, or this many files, whichever comes first;
 #: a trivial task costs ~5 ms here, so small sessions travel in batches.
@@ -145,13 +146,18 @@ def run_batches(
     on_result: Callable[[BatchResult], None],
     *,
     progress: bool | None = None,
+    replay: ReplayOptions | None = None,
 ) -> None:
-    """Submit one audit task per batch and hand each result over as it arrives."""
+    """Submit one task per batch (audit, or audit and replay) and hand each result over
+    as it arrives."""
     workers = max(1, len(client.scheduler_info().get("workers", {})))
     batches = plan_batches(listing.sessions, workers)
-    futures = [
-        client.submit(audit_batch, root, i, batch, pure=False) for i, batch in enumerate(batches)
-    ]
+    if replay is None:
+        futures = [client.submit(audit_batch, root, i, batch, pure=False)
+                   for i, batch in enumerate(batches)]
+    else:
+        futures = [client.submit(replay_batch, root, i, batch, replay, pure=False)
+                   for i, batch in enumerate(batches)]
     with _progress(listing.total_bytes, progress) as bar:
         for future in as_completed(futures, loop=client.loop):
             result: BatchResult = future.result()
@@ -167,8 +173,12 @@ def run_audit(
     scheduler: str | None = None,
     workers: int | None = None,
     progress: bool | None = None,
+    replay: ReplayOptions | None = None,
 ) -> RunSummary:
     """Audit every session under ``root`` and commit the integrity tables under ``out``.
+
+    With ``replay``, each object is also replayed (read from storage once) and the
+    ``turns`` and ``requests`` tables are committed with the integrity ones.
 
     Parameters
     ----------
@@ -197,17 +207,20 @@ def run_audit(
     listing = enumerate_sessions(root)
     summary = RunSummary(new_run_id(), root.url, out.url, len(listing.sessions),
                          listing.total_bytes, listing.skipped)
-    staged = StagedRun(out, summary.run_id, DATASETS)
+    schemas = {**DATASETS, **(REPLAY_DATASETS if replay is not None else {})}
+    staged = StagedRun(out, summary.run_id, schemas)
 
     def collect(result: BatchResult) -> None:
         staged.write_part("integrity/sessions", result.index, result.sessions)
         staged.write_part("integrity/findings", result.index, result.findings)
+        for name, table in result.extra.items():
+            staged.write_part(name, result.index, table)
         summary.statuses.update(result.statuses)
         summary.codes.update(result.codes)
 
     try:
         with dask_client(scheduler, workers, processes=not in_process) as client:
-            run_batches(client, root, listing, collect, progress=progress)
+            run_batches(client, root, listing, collect, progress=progress, replay=replay)
         staged.commit(summary.as_dict())
     except BaseException:
         staged.abort()
