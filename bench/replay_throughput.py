@@ -81,7 +81,8 @@ def replay_run(root: Path) -> float:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def session_replay_seconds(turns: int) -> tuple[int, float]:
+def session_replay_seconds(turns: int) -> tuple[int, int, float]:
+    """Iterations, bytes and best-of-3 replay seconds of one generated session."""
     s = generate_session(3, turns=turns, consistent=False)
     entries = [e for e in read_ledger(s.lines()) if isinstance(e, Entry)]
     tree = TreeIndex()
@@ -102,7 +103,7 @@ def session_replay_seconds(turns: int) -> tuple[int, float]:
                            catalog=load_catalog())
         best = min(best, time.perf_counter() - t0)
         n = len(r.requests)
-    return n, best
+    return n, sum(len(line) for line in s.lines()), best
 
 
 def main() -> None:
@@ -120,12 +121,16 @@ def main() -> None:
           f"= {size / MB / floor_s:6.1f} MB/s of ledger")
     print(f"full replay, 1 worker (audit --replay, all tables):  {run_s:6.2f} s "
           f"= {size / MB / run_s:6.1f} MB/s = {floor_s / run_s:.2f} x floor (target >= 0.50)")
-    prev = None
+    prev: tuple[int, int, float] | None = None
+    _encoding("cl100k_base")  # load the vocabulary before timing
     for turns in (93, 186, 372, 744):  # ~250, 500, 1000, 2000 iterations
-        n, secs = session_replay_seconds(turns)
-        ratio = f"{secs / prev:.2f} x previous" if prev else ""
-        print(f"linearity: {n:5d} iterations replayed in {secs:7.3f} s  {ratio}")
-        prev = secs
+        n, size, secs = session_replay_seconds(turns)
+        ratio = ""
+        if prev:
+            ratio = (f"time {secs / prev[2]:.2f} x for {n / prev[0]:.2f} x iterations, "
+                     f"{size / prev[1]:.2f} x bytes (target <= 2.2 x per doubling)")
+        print(f"linearity: {n:5d} iterations, {size / MB:6.1f} MB in {secs:7.3f} s  {ratio}")
+        prev = (n, size, secs)
 
 
 if __name__ == "__main__":

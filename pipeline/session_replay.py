@@ -11,9 +11,7 @@ from pipeline.layout import SessionKey
 from pipeline.projection import RuleSet
 from pipeline.reader import Entry
 from pipeline.replay import ReplayEngine, RequestReplay
-from pipeline.scopes import pretty_scopes
 from pipeline.tokens import Tokenizer
-from pipeline.turns import Turn
 from pipeline.utilization import HintLevel, HintState, hint_text, utilization
 
 
@@ -25,48 +23,68 @@ class SessionReplay:
     requests: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _iteration_scopes(turns: Iterable[Turn], upto: tuple[int, int] | None = None) -> list[str]:
-    out: list[str] = []
-    for t in turns:
-        for it in t.iterations:
-            if upto is not None and (t.number, it.number) >= upto:
-                return out
-            out.append(f"t{t.number}/i{it.number}")
-    return out
+def _turn_runs(numbers: list[int]) -> str:
+    """Whole turns as the ledger grammar writes them: ``t1-t3/*, t6/*``."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and runs[-1][1] == n - 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"t{a}/*" if a == b else f"t{a}-t{b}/*" for a, b in runs)
 
 
-def now_line(req: RequestReplay, engine: ReplayEngine, saturation: int | None) -> str:
-    """The ``folds-view`` "now" line for one request.
+class NowLine:
+    """Builds seed 001's ``folds-view`` "now" line for each request, incrementally.
 
-    ``context U% · saved C/T (P%, ~N tok) · live <scopes>``: the wire is every
-    iteration before this request; saved are those behind a Card or a packet, priced in
-    the tokens their Full rendering would have cost beyond what replaces it.
+    ``context U% · saved C/T (P%, ~N tok) · live <scopes>``: the wire is every iteration
+    before the request; the saved ones are those of Card and packet turns, priced as
+    their Full tokens minus what replaces them. Folding works on whole turns, so the
+    closed-turn part is computed once per change of the projection (a new turn, a card,
+    packet, reset or plan) and each request adds only its own turn: linear in the
+    session, where rebuilding the universe per request would be quadratic.
     """
-    turns = engine.index.turns
-    universe = _iteration_scopes(turns, (req.turn, req.iteration))
-    folded_turns = set(req.plan_card_turns) | set(req.plan_packet_turns)
-    folded = [s for s in universe if int(s[1:s.index("/")]) in folded_turns]
-    live = [s for s in universe if s not in set(folded)]
-    saved_tokens = 0
-    for n in folded_turns:
-        c = engine.costs[n - 1]
-        saved_tokens += c.full.tokens - (c.card_tokens or 0 if n in req.plan_card_turns else 0)
-    total = len(universe)
-    pct = round(100 * len(folded) / total) if total else 0
-    ctx = f"{saturation}%" if saturation is not None else "?%"
-    return (f"context {ctx} · saved {len(folded)}/{total} ({pct}%, ~{saved_tokens} tok) · "
-            f"live {pretty_scopes(live, universe) or '-'}")
+
+    def __init__(self, engine: ReplayEngine) -> None:
+        self.engine = engine
+        self._key: tuple[object, ...] | None = None
+        self._closed: tuple[int, int, int, list[int]] = (0, 0, 0, [])
+
+    def _closed_part(self, req: RequestReplay) -> tuple[int, int, int, list[int]]:
+        key = (req.turn, req.plan_card_turns, req.plan_packet_turns)
+        if key != self._key:
+            engine = self.engine
+            folded_turns = set(req.plan_card_turns) | set(req.plan_packet_turns)
+            total = folded = saved = 0
+            live: list[int] = []
+            for t in engine.index.turns[: req.turn - 1]:
+                n = len(t.iterations)
+                total += n
+                if t.number in folded_turns:
+                    folded += n
+                    c = engine.costs[t.number - 1]
+                    card = (c.card_tokens or 0) if t.number in req.plan_card_turns else 0
+                    saved += c.full.tokens - card
+                elif n:
+                    live.append(t.number)
+            self._key, self._closed = key, (total, folded, saved, live)
+        return self._closed
+
+    def line(self, req: RequestReplay, saturation: int | None) -> str:
+        """The now line of ``req``."""
+        total, folded, saved, live = self._closed_part(req)
+        total += req.iteration - 1
+        live_turns = [*live, req.turn] if req.iteration > 1 else live
+        live_text = "t*" if total and not folded else _turn_runs(live_turns) or "-"
+        pct = round(100 * folded / total) if total else 0
+        ctx = f"{saturation}%" if saturation is not None else "?%"
+        return (f"context {ctx} · saved {folded}/{total} ({pct}%, ~{saved} tok) · "
+                f"live {live_text}")
 
 
-def packet_label(req: RequestReplay, engine: ReplayEngine) -> str | None:
-    """The packet range of a request's plan as a pretty scope (``t3-t7/*``)."""
-    if not req.plan_packet_turns:
-        return None
-    packed = set(req.plan_packet_turns)
-    turns = engine.index.turns
-    universe = _iteration_scopes(turns, (req.turn, req.iteration))
-    scopes = [s for s in universe if int(s[1:s.index("/")]) in packed]
-    return pretty_scopes(scopes, universe) or ", ".join(f"t{n}" for n in sorted(packed))
+def packet_label(req: RequestReplay) -> str | None:
+    """The packet range of a request's plan in the ledger grammar (``t3-t7/*``)."""
+    return _turn_runs(sorted(req.plan_packet_turns)) or None
 
 
 def replay_session(
@@ -98,6 +116,7 @@ def replay_session(
     engine = ReplayEngine(rules, tokenizer, planner=planner)
     out = SessionReplay()
     hint = HintState()
+    now = NowLine(engine)
     turn_total: dict[int, int] = {}
 
     def emit(req: RequestReplay) -> None:
@@ -108,8 +127,8 @@ def replay_session(
         level = hint.update(util)
         if selected is not None and req.scope not in selected:
             return
-        closed = [t.number for t in engine.index.turns if t.number < req.turn]
-        settled = f"t{closed[0]}-t{closed[-1]}" if closed else None
+        # every turn before the request's own is closed (or interrupted): settled
+        settled = (f"t1-t{req.turn - 1}" if req.turn > 2 else "t1") if req.turn > 1 else None
         out.requests.append({
             "session_path": key.path,
             "scope": req.scope,
@@ -134,7 +153,7 @@ def replay_session(
             "plan_source": req.plan_source or "none",
             "plan_full": req.plan_full,
             "plan_card": len(req.plan_card_turns),
-            "plan_packet_range": packet_label(req, engine),
+            "plan_packet_range": packet_label(req),
             "request_digest": req.request_digest,
             "last_request_tokens": size,
             "model_input_limit": util.model_input_limit if util else None,
@@ -145,7 +164,7 @@ def replay_session(
             "hint_level": level.label,
             "hint_text": (hint_text(level, util, settled=settled, open_scope=f"t{req.turn}")
                           if util is not None and level is not HintLevel.NONE else None),
-            "now_line": now_line(req, engine, util.saturation if util else None),
+            "now_line": now.line(req, util.saturation if util else None),
         })
 
     for entry in entries:

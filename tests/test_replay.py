@@ -185,3 +185,13 @@ def test_catalog_override_errors_are_usage_errors(tmp_path: Any, bad: str) -> No
     f.write_text(bad)
     with pytest.raises(UsageError):
         load_catalog(f).lookup("x")
+
+
+def test_turn_runs_speak_the_scope_grammar() -> None:
+    from pipeline.scopes import pretty_scopes
+    from pipeline.session_replay import _turn_runs
+
+    iters = {1: 2, 2: 1, 3: 3, 6: 1, 7: 2}
+    universe = [f"t{t}/i{i}" for t, n in {**iters, 4: 1, 5: 2}.items() for i in range(1, n + 1)]
+    live = [f"t{t}/i{i}" for t, n in iters.items() for i in range(1, n + 1)]
+    assert _turn_runs(sorted(iters)) == pretty_scopes(live, universe) == "t1-t3/*, t6-t7/*"
