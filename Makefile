@@ -11,13 +11,15 @@ UV     := $(BIN)/uv pip install -q --python $(BIN)/python
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/bin/uv: | $(VENV)/bin/python
 	$(PIP) install "uv>=0.5"
 
-$(VENV)/.installed-demo: pyproject.toml | $(VENV)/bin/python
+$(VENV)/.installed-demo: pyproject.toml | $(VENV)/bin/uv
 	$(UV) -e ".[demo]"
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/uv
 	$(UV) -e ".[test]"
 	touch $@ $(VENV)/.installed-demo
 
