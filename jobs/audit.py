@@ -9,12 +9,16 @@ import click
 
 from pipeline.io.storage import Location
 from pipeline.orchestrate import RunSummary, run_audit
+from pipeline.replay_partitions import ReplayOptions
 
 
 def audit_job(root: Location, out: Location, *, scheduler: str | None = None,
-              workers: int | None = None, progress: bool | None = None) -> RunSummary:
-    """Run the audit of ``root`` into ``out`` (see :func:`pipeline.orchestrate.run_audit`)."""
-    return run_audit(root, out, scheduler=scheduler, workers=workers, progress=progress)
+              workers: int | None = None, progress: bool | None = None,
+              replay: ReplayOptions | None = None) -> RunSummary:
+    """Run the audit of ``root`` into ``out`` (see :func:`pipeline.orchestrate.run_audit`);
+    with ``replay``, the replay tables too, in the same pass."""
+    return run_audit(root, out, scheduler=scheduler, workers=workers, progress=progress,
+                     replay=replay)
 
 
 def print_summary(summary: RunSummary) -> None:

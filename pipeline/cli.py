@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, UsageError
 from pipeline.io.storage import parse_storage_options, resolve
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
@@ -40,15 +40,45 @@ def main() -> None:
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default=None,
               help="Exit 1 when any session has a finding of this severity or worse.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a tty).")
+@click.option("--replay", is_flag=True,
+              help="Also replay every request (turns and requests tables), one read per file.")
+@click.option("--rules", default="v1", show_default=True, help="Projection rule set to replay.")
+@click.option("--planner", is_flag=True,
+              help="Replay under planner v1's plan instead of the recorded plan in force.")
+@click.option("--catalog", "catalog_path", default=None, type=click.Path(dir_okay=False),
+              help="Your own model catalog (TOML); its rules come first.")
+@click.option("--window", type=click.IntRange(min=1), default=None,
+              help="What-if: give every model this input window.")
+@click.option("--scope", default=None, help="Only requests in this fold key (e.g. t3/i2-t5).")
 def audit(root: str, out: str, scheduler: str | None, workers: int | None,
-          storage_options: tuple[str, ...], fail_on: str | None, progress: bool | None) -> None:
+          storage_options: tuple[str, ...], fail_on: str | None, progress: bool | None,
+          replay: bool, rules: str, planner: bool, catalog_path: str | None,
+          window: int | None, scope: str | None) -> None:
     """Verify every session ledger under ROOT and write integrity tables under OUT."""
     from jobs.audit import audit_job, print_summary
+    from pipeline.catalog import load_catalog
+    from pipeline.projection import get_rule_set
+    from pipeline.replay_partitions import ReplayOptions
+    from pipeline.scopes import FoldRefusal, fold_key
 
     try:
         options = parse_storage_options(storage_options)
+        replay_options = None
+        if replay or planner or scope or window or catalog_path or rules != "v1":
+            try:
+                get_rule_set(rules)
+            except ValueError as err:
+                raise UsageError(str(err)) from err
+            parsed = fold_key(scope) if scope is not None else None
+            if isinstance(parsed, FoldRefusal):
+                raise UsageError(f"--scope {scope!r}: {parsed.error}")
+            catalog = load_catalog(catalog_path)
+            if window is not None:
+                catalog = catalog.with_window(window)
+            replay_options = ReplayOptions(rules, catalog, planner, scope)
         summary = audit_job(resolve(root, options), resolve(out, options),
-                            scheduler=scheduler, workers=workers, progress=progress)
+                            scheduler=scheduler, workers=workers, progress=progress,
+                            replay=replay_options)
     except PipelineError as err:
         _fail(err)
         return

@@ -41,3 +41,21 @@ def test_scope_selects_requests(memfs: fsspec.AbstractFileSystem, tmp_path: Path
     run_audit(root, out, workers=1, progress=False, replay=ReplayOptions(scope="t1"))
     scopes = {r["scope"] for r in read_dataset(out, "requests").to_pylist()}
     assert scopes and all(s.startswith("t1/") for s in scopes)
+
+
+def test_cli_audit_replay_and_refusals(memfs: fsspec.AbstractFileSystem, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from pipeline.cli import main
+
+    write_fleet(resolve("memory://cli"), sessions=3, seed=6, consistent=False)
+    out = tmp_path / "out"
+    runner = CliRunner()
+    ok = runner.invoke(main, ["audit", "memory://cli", "--out", str(out), "--replay",
+                              "--window", "50000", "--workers", "1", "--no-progress"])
+    assert ok.exit_code == 0, ok.output
+    rows = read_dataset(resolve(str(out)), "requests").to_pylist()
+    assert rows and {r["model_input_limit"] for r in rows} == {50000}
+    for bad in (["--rules", "v9"], ["--scope", "t3/x"]):
+        res = runner.invoke(main, ["audit", "memory://cli", "--out", str(out), *bad])
+        assert res.exit_code == 2 and "vakpipe: error:" in res.output
