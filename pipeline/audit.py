@@ -76,11 +76,27 @@ def is_directive(entry: Entry) -> bool:
     return "text" in types and "tool_result" not in types
 
 
+def input_and_output(u: Usage | None) -> tuple[int | None, int | None]:
+    """A request's provider-reported input (input + cache read + cache creation) and
+    output tokens, or ``(None, None)`` without usage."""
+    return (u[0] + u[2] + u[3], u[1]) if u is not None else (None, None)
+
+
+def winning_usage(receipt: dict[str, Any]) -> Usage | None:
+    """Usage of a receipt's winning attempt; ``None`` unless ``winning_attempt`` is set."""
+    ordinal = receipt.get("winning_attempt")
+    if ordinal is None:
+        return None
+    for att in receipt.get("attempts") or []:
+        if isinstance(att, dict) and att.get("ordinal") == ordinal:
+            return usage_of(att.get("usage"))
+    return None
+
+
 def _receipt_info(entry: Entry) -> _Receipt:
     attempts = entry.data.get("attempts")
     attempts = attempts if isinstance(attempts, list) else []
-    winning_ordinal = entry.data.get("winning_attempt")
-    billed, winning, failed = _ZERO, None, 0
+    billed, failed = _ZERO, 0
     for att in attempts:
         if not isinstance(att, dict):
             continue
@@ -89,9 +105,7 @@ def _receipt_info(entry: Entry) -> _Receipt:
             billed = _add(billed, u)
         if att.get("settlement") != "ok":
             failed += 1
-        if winning_ordinal is not None and att.get("ordinal") == winning_ordinal:
-            winning = u
-    return _Receipt(winning, billed, len(attempts), failed)
+    return _Receipt(winning_usage(entry.data), billed, len(attempts), failed)
 
 
 def _node_info(entry: Entry) -> Any:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.audit import is_directive, usage_of
+from pipeline.audit import input_and_output, is_directive, usage_of, winning_usage
 from pipeline.catalog import Capacity
 from pipeline.plan import Candidate, plan_v1
 from pipeline.projection import CARD_TOOL_PREFIX, RuleSet, canonical_json
@@ -334,12 +334,7 @@ class ReplayEngine:
         tokens = entry.data.get("prefix_tokens")
         req.recorded_prefix_tokens = tokens if isinstance(tokens, int) else None
         if req.reported_input is None:
-            winning = entry.data.get("winning_attempt")
-            for att in entry.data.get("attempts") or []:
-                if isinstance(att, dict) and att.get("ordinal") == winning:
-                    u = usage_of(att.get("usage"))
-                    if u is not None:
-                        req.reported_input, req.reported_output = u[0] + u[2] + u[3], u[1]
+            req.reported_input, req.reported_output = input_and_output(winning_usage(entry.data))
 
     # -- the request ----------------------------------------------------------------
     def _closed_parts(self) -> ClosedParts:
@@ -438,7 +433,7 @@ class ReplayEngine:
                   + open_cost.tokens + self.tail[0])
         digest = _sha("|".join([self.prefix.digest, *parts, open_cost.hexdigest(),
                                 self.tail[1]]))
-        u = usage_of(entry.meta.get("usage"))
+        reported_input, reported_output = input_and_output(usage_of(entry.meta.get("usage")))
         model = entry.meta.get("model")
         n = len(turn.iterations) + 1
         return RequestReplay(
@@ -447,5 +442,5 @@ class ReplayEngine:
             tokens, self.prefix.tokens, self.prefix.digest, digest,
             n_full, tuple(card_turns), tuple(packet_turns),
             source,
-            u[0] + u[2] + u[3] if u else None, u[1] if u else None, self.header_provider,
+            reported_input, reported_output, self.header_provider,
         )

@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.audit import is_directive, usage_of
+from pipeline.audit import input_and_output, usage_of
 from pipeline.reader import Entry
 
 
@@ -111,9 +111,8 @@ class TurnIndex:
             return None
         blocks = entry.content
         uses = tool_uses(blocks)
-        u = usage_of(entry.meta.get("usage"))
         it = Iteration(len(turn.iterations) + 1, entry.id, len(uses),
-                       u[0] + u[2] + u[3] if u else None, u[1] if u else None)
+                       *input_and_output(usage_of(entry.meta.get("usage"))))
         turn.iterations.append(it)
         turn.tools.extend(str(b.get("name", "?")) for b in uses)
         turn.last_is_final = not uses
@@ -137,20 +136,3 @@ class TurnIndex:
             if turn.id == turn_id:
                 turn.card = card if isinstance(card, dict) else None
                 return
-
-    def feed(self, entry: Entry) -> Iteration | None:
-        """Index one active-chain entry; return the iteration it opened, if any."""
-        if entry.kind == "turn_card":
-            self.add_card(entry)
-            return None
-        if entry.kind != "message":
-            return None
-        role = entry.role
-        if role == "assistant":
-            return self.add_assistant(entry)
-        if role == "user":
-            if is_directive(entry):
-                self.start_turn(entry)
-            else:
-                self.add_user(entry)
-        return None
