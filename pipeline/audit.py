@@ -22,20 +22,21 @@ _ZERO: Usage = (0, 0, 0, 0)
 USAGE_KINDS = ("input", "output", "cache_read", "cache_creation")
 
 
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
+               "cache_creation_input_tokens")
+
+
 def usage_of(obj: Any) -> Usage | None:
     """Read a ``usage`` object; ``None`` unless it has integer token counts."""
     if not isinstance(obj, dict):
         return None
-    vals = []
-    for key in ("input_tokens", "output_tokens", "cache_read_input_tokens",
-                "cache_creation_input_tokens"):
-        v = obj.get(key, 0)
-        if v is None:
-            v = 0
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+    get = obj.get
+    vals = (get(_USAGE_KEYS[0]), get(_USAGE_KEYS[1]), get(_USAGE_KEYS[2]), get(_USAGE_KEYS[3]))
+    for v in vals:
+        # ``type() is int`` also refuses bool (a subclass of int); absent or null is 0.
+        if (type(v) is not int or v < 0) and v is not None:
             return None
-        vals.append(v)
-    return vals[0], vals[1], vals[2], vals[3]
+    return (vals[0] or 0, vals[1] or 0, vals[2] or 0, vals[3] or 0)
 
 
 def _add(a: Usage, b: Usage) -> Usage:
@@ -109,13 +110,16 @@ def _receipt_info(entry: Entry) -> _Receipt:
 
 
 def _node_info(entry: Entry) -> Any:
-    if entry.kind == "message":
-        role = entry.role
+    # Once per entry: plain dict access here, the typed accessors only on messages.
+    kind = entry.kind
+    if kind == "message":
+        message = entry.data.get("message")
+        role = message.get("role") if type(message) is dict else None
         if role == "assistant":
             return _Request(usage_of(entry.meta.get("usage")))
         if role == "user" and is_directive(entry):
             return _DIRECTIVE
-    elif entry.kind == "receipt":
+    elif kind == "receipt":
         return _receipt_info(entry)
     return None
 
@@ -222,12 +226,15 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
     last_entry: Entry | None = None
 
     stats = LineStats()
+    add = tree.add
     for item in read_ledger(lines, stats):
         if isinstance(item, Finding):
             findings.append(item)
             continue
-        findings.extend(tree.add(item, _node_info(item)))
-        if item.is_header and tree.header is not None and tree.header.line == item.line:
+        found = add(item, _node_info(item))
+        if found:
+            findings.extend(found)
+        if item.kind == "header" and tree.header is not None and tree.header.line == item.line:
             header = _header_fields(item)
         if first_ts is None:
             first_ts = item.ts

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from pipeline.errors import PipelineError, UsageError
 from pipeline.io.storage import parse_storage_options, resolve
 
+if TYPE_CHECKING:
+    from pipeline.replay_partitions import ReplayOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
 
 storage_option = click.option(
@@ -29,56 +34,92 @@ def main() -> None:
     """Audit, replay and compact archives of vak session ledgers."""
 
 
-@main.command()
-@click.argument("root")
-@click.option("--out", required=True, help="Output location (any fsspec URL or folder).")
-@click.option("--scheduler", envvar="DASK_SCHEDULER_ADDRESS", default=None,
-              help="Join an existing Dask scheduler (also DASK_SCHEDULER_ADDRESS).")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Workers of the local cluster (default: one per core).")
-@storage_option
-@click.option("--fail-on", type=click.Choice(["error", "warning"]), default=None,
-              help="Exit 1 when any session has a finding of this severity or worse.")
-@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a tty).")
-@click.option("--replay", is_flag=True,
-              help="Also replay every request (turns and requests tables), one read per file.")
-@click.option("--rules", default="v1", show_default=True, help="Projection rule set to replay.")
-@click.option("--planner", is_flag=True,
-              help="Replay under planner v1's plan instead of the recorded plan in force.")
-@click.option("--catalog", "catalog_path", default=None, type=click.Path(dir_okay=False),
-              help="Your own model catalog (TOML); its rules come first.")
-@click.option("--window", type=click.IntRange(min=1), default=None,
-              help="What-if: give every model this input window.")
-@click.option("--scope", default=None, help="Only requests in this fold key (e.g. t3/i2-t5).")
-def audit(root: str, out: str, scheduler: str | None, workers: int | None,
-          storage_options: tuple[str, ...], fail_on: str | None, progress: bool | None,
-          replay: bool, rules: str, planner: bool, catalog_path: str | None,
-          window: int | None, scope: str | None) -> None:
-    """Verify every session ledger under ROOT and write integrity tables under OUT."""
-    from jobs.audit import audit_job, print_summary
+def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    """Several click options as one decorator (the first listed comes first in --help)."""
+    def apply(f: F) -> F:
+        for decorate in reversed(decorators):
+            f = decorate(f)
+        return f
+    return apply
+
+
+cluster_options = _options(
+    click.option("--scheduler", envvar="DASK_SCHEDULER_ADDRESS", default=None,
+                 help="Join an existing Dask scheduler (also DASK_SCHEDULER_ADDRESS)."),
+    click.option("--workers", type=click.IntRange(min=1), default=None,
+                 help="Workers of the local cluster (default: one per core)."),
+    storage_option,
+)
+progress_option = click.option("--progress/--no-progress", default=None,
+                               help="Progress bar (default: on a tty).")
+replay_options = _options(
+    click.option("--rules", default="v1", show_default=True,
+                 help="Projection rule set to replay."),
+    click.option("--planner", is_flag=True,
+                 help="Replay under planner v1's plan instead of the recorded plan in force."),
+    click.option("--catalog", "catalog_path", default=None, type=click.Path(dir_okay=False),
+                 help="Your own model catalog (TOML); its rules come first."),
+    click.option("--window", type=click.IntRange(min=1), default=None,
+                 help="What-if: give every model this input window."),
+)
+scope_option = click.option("--scope", default=None,
+                            help="Only requests in this fold key (e.g. t3/i2-t5).")
+
+
+def _replay_options(rules: str, planner: bool, catalog_path: str | None, window: int | None,
+                    scope: str | None) -> ReplayOptions:
+    """Check the replay flags (``audit``, ``replay``, ``show``) and build the options.
+
+    Raises
+    ------
+    UsageError
+        An unknown rule set, a fold key that does not parse (the grammar refusal line),
+        an unreadable catalog.
+    """
     from pipeline.catalog import load_catalog
     from pipeline.projection import get_rule_set
     from pipeline.replay_partitions import ReplayOptions
     from pipeline.scopes import FoldRefusal, fold_key
 
     try:
+        get_rule_set(rules)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    parsed = fold_key(scope) if scope is not None else None
+    if isinstance(parsed, FoldRefusal):
+        raise UsageError(f"--scope {scope!r}: {parsed.error}")
+    catalog = load_catalog(catalog_path)
+    if window is not None:
+        catalog = catalog.with_window(window)
+    return ReplayOptions(rules, catalog, planner, scope)
+
+
+@main.command()
+@click.argument("root")
+@click.option("--out", required=True, help="Output location (any fsspec URL or folder).")
+@cluster_options
+@click.option("--fail-on", type=click.Choice(["error", "warning"]), default=None,
+              help="Exit 1 when any session has a finding of this severity or worse.")
+@progress_option
+@click.option("--replay", is_flag=True,
+              help="Also replay every request (turns and requests tables), one read per file.")
+@replay_options
+@scope_option
+def audit(root: str, out: str, scheduler: str | None, workers: int | None,
+          storage_options: tuple[str, ...], fail_on: str | None, progress: bool | None,
+          replay: bool, rules: str, planner: bool, catalog_path: str | None,
+          window: int | None, scope: str | None) -> None:
+    """Verify every session ledger under ROOT and write integrity tables under OUT."""
+    from jobs.audit import audit_job, print_summary
+
+    try:
         options = parse_storage_options(storage_options)
-        replay_options = None
+        replay_opts = None
         if replay or planner or scope or window or catalog_path or rules != "v1":
-            try:
-                get_rule_set(rules)
-            except ValueError as err:
-                raise UsageError(str(err)) from err
-            parsed = fold_key(scope) if scope is not None else None
-            if isinstance(parsed, FoldRefusal):
-                raise UsageError(f"--scope {scope!r}: {parsed.error}")
-            catalog = load_catalog(catalog_path)
-            if window is not None:
-                catalog = catalog.with_window(window)
-            replay_options = ReplayOptions(rules, catalog, planner, scope)
+            replay_opts = _replay_options(rules, planner, catalog_path, window, scope)
         summary = audit_job(resolve(root, options), resolve(out, options),
                             scheduler=scheduler, workers=workers, progress=progress,
-                            replay=replay_options)
+                            replay=replay_opts)
     except PipelineError as err:
         _fail(err)
         return
@@ -86,6 +127,130 @@ def audit(root: str, out: str, scheduler: str | None, workers: int | None,
     worst = {"error": ("error",), "warning": ("error", "warning")}.get(fail_on or "", ())
     if any(summary.statuses.get(s) for s in worst):
         sys.exit(EXIT_FINDINGS)
+
+
+@main.command()
+@click.argument("root")
+@click.option("--out", required=True, help="Output location (any fsspec URL or folder).")
+@click.option("--session", "session_ids", multiple=True, metavar="ID",
+              help="Only the session with this id, its file name's stem (repeatable).")
+@replay_options
+@scope_option
+@cluster_options
+@progress_option
+def replay(root: str, out: str, session_ids: tuple[str, ...], rules: str, planner: bool,
+           catalog_path: str | None, window: int | None, scope: str | None,
+           scheduler: str | None, workers: int | None, storage_options: tuple[str, ...],
+           progress: bool | None) -> None:
+    """Replay every session under ROOT (or --session ones) into tables under OUT.
+
+    Writes what `audit --replay` writes: integrity/sessions, integrity/findings, turns
+    and requests.
+    """
+    from jobs.replay import print_replay_summary, replay_job
+
+    try:
+        options = parse_storage_options(storage_options)
+        summary = replay_job(resolve(root, options), resolve(out, options),
+                             _replay_options(rules, planner, catalog_path, window, scope),
+                             sessions=frozenset(session_ids) or None, scheduler=scheduler,
+                             workers=workers, progress=progress)
+    except PipelineError as err:
+        _fail(err)
+        return
+    print_replay_summary(summary)
+
+
+@main.command()
+@click.argument("session")
+@click.option("--scope", required=True, help="The request to show: an iteration tN/iM.")
+@replay_options
+@storage_option
+@click.option("--full", is_flag=True, help="Print every text whole (default: cut long ones).")
+def show(session: str, scope: str, rules: str, planner: bool, catalog_path: str | None,
+         window: int | None, storage_options: tuple[str, ...], full: bool) -> None:
+    """Print the request at --scope of the ledger SESSION (one file's URL).
+
+    The request as the model received it: its figures, the plan, the prefix and every
+    message with its tokens.
+    """
+    from jobs.replay import show_job
+
+    try:
+        text = show_job(session, scope,
+                        _replay_options(rules, planner, catalog_path, window, None),
+                        storage_options=parse_storage_options(storage_options), full=full)
+    except PipelineError as err:
+        _fail(err)
+        return
+    click.echo(text)
+
+
+@main.command()
+@click.argument("root")
+@click.option("--out", required=True, help="Output location (any fsspec URL or folder).")
+@click.option("--window", type=click.IntRange(min=1), default=None,
+              help="What-if: plan for this input window instead of each session's model.")
+@click.option("--model", "what_if_model", default=None, metavar="NAME",
+              help="What-if: plan for this catalog model's capacity.")
+@click.option("--summariser", type=click.Choice(["cards", "http"]), default="cards",
+              show_default=True, help="Who writes the summaries.")
+@click.option("--summariser-url", default=None, metavar="URL",
+              help="OpenAI-compatible endpoint of the http summariser.")
+@click.option("--summariser-model", default=None, metavar="NAME",
+              help="Model the http summariser asks (default: --model, else the URL's).")
+@click.option("--summary-tokens", type=click.IntRange(min=16), default=2000,
+              show_default=True, help="Upper bound of one summary's tokens.")
+@click.option("--write-archive", is_flag=True,
+              help="Also write compacted copies of the affected ledgers under OUT/archive.")
+@click.option("--rules", default="v1", show_default=True, help="Projection rule set.")
+@click.option("--catalog", "catalog_path", default=None, type=click.Path(dir_okay=False),
+              help="Your own model catalog (TOML); its rules come first.")
+@click.option("--session", "session_ids", multiple=True, metavar="ID",
+              help="Only the session with this id, its file name's stem (repeatable).")
+@cluster_options
+@progress_option
+def compact(root: str, out: str, window: int | None, what_if_model: str | None,
+            summariser: str, summariser_url: str | None, summariser_model: str | None,
+            summary_tokens: int, write_archive: bool, rules: str, catalog_path: str | None,
+            session_ids: tuple[str, ...], scheduler: str | None, workers: int | None,
+            storage_options: tuple[str, ...], progress: bool | None) -> None:
+    """Plan the compaction packets every session under ROOT needs, under OUT.
+
+    Each session is replayed under planner v1 for its bound model's capacity (or the
+    --window / --model what-if); where a request's plan names a packet range no stored
+    packet covers, a packet is planned and summarised from the turns' cards. Writes the
+    integrity, turns, requests and compaction tables; --write-archive adds compacted
+    copies of the ledgers (the source archive is never written).
+    """
+    from jobs.compact import compact_job, print_compaction_summary
+    from pipeline.compaction import CompactionOptions
+    from pipeline.summarise import get_summariser
+
+    try:
+        if window is not None and what_if_model is not None:
+            raise UsageError("--window and --model are two what-ifs: give one")
+        if summariser == "http":
+            if not summariser_url:
+                raise UsageError("--summariser http needs --summariser-url")
+            writer = get_summariser("http", url=summariser_url,
+                                    model=summariser_model or what_if_model or "")
+        else:
+            writer = get_summariser("cards")
+        options = parse_storage_options(storage_options)
+        replay_opts = _replay_options(rules, True, catalog_path, window, None)
+        if what_if_model is not None and replay_opts.catalog.lookup(what_if_model) is None:
+            raise UsageError(f"--model {what_if_model!r} is not in the model catalog")
+        summary = compact_job(
+            resolve(root, options), resolve(out, options), replay_opts,
+            CompactionOptions(writer, window=window, model=what_if_model,
+                              summary_tokens=summary_tokens),
+            write_archive=write_archive, sessions=frozenset(session_ids) or None,
+            scheduler=scheduler, workers=workers, progress=progress)
+    except PipelineError as err:
+        _fail(err)
+        return
+    print_compaction_summary(summary)
 
 
 @main.command()

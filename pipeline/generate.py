@@ -26,18 +26,18 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import Any
 
-from pipeline.generate_content import WORDS, Builder, SessionPlan, mix, uuid7
+from pipeline.generate_content import WORDS, Builder, SessionPlan, mix
 from pipeline.generate_faults import (
     FAULTS,
     PATH_FAULTS,
     FaultSpec,
     InjectedFault,
-    RawEntry,
     expected_findings,
     plan_fault,
     write,
 )
 from pipeline.layout import session_path
+from pipeline.wire import RawEntry, uuid7
 
 __all__ = [
     "FAULTS", "GeneratedSession", "InjectedFault", "generate_fleet", "generate_session",

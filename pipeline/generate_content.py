@@ -11,7 +11,6 @@ what makes generation run at tens of MB/s.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,8 +19,9 @@ from typing import Any
 
 import orjson
 
-from pipeline.generate_faults import LongText, RawEntry
 from pipeline.generate_replay import SessionReplay
+from pipeline.wire import LongText, RawEntry, uuid7
+from pipeline.wire import rfc3339_ns as _ts
 
 _M64 = (1 << 64) - 1
 _SESSION_SALT = 1 << 40
@@ -81,17 +81,7 @@ def _sentence(rng: Random, lo: int, hi: int) -> str:
     return " ".join(rng.choices(WORDS, k=rng.randint(lo, hi))).capitalize() + "."
 
 
-def _ts(ns: int) -> str:
-    s, frac = divmod(ns, 1_000_000_000)
-    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(s))}.{frac:09d}Z"
 
-
-def uuid7(ms: int, r: int) -> str:
-    """A UUIDv7-shaped id: 48-bit milliseconds, version 7, variant 10, 74 random bits."""
-    x = ((ms & 0xFFFFFFFFFFFF) << 80 | 0x7 << 76 | (r >> 62 & 0xFFF) << 64 | 0x2 << 62
-         | r & 0x3FFFFFFFFFFFFFFF)
-    h = f"{x:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _sha(data: bytes) -> str:

@@ -35,12 +35,12 @@ import copy
 import dataclasses
 from typing import Any
 
-from pipeline.generate_faults import LongText, RawEntry
 from pipeline.projection import get_rule_set
 from pipeline.reader import Entry
 from pipeline.replay import Cost, ReplayEngine, RequestReplay
 from pipeline.tokens import get_tokenizer
 from pipeline.turns import TurnIndex
+from pipeline.wire import LongText, RawEntry
 
 #: Rule set the generated figures follow.
 RULE_SET = "v1"

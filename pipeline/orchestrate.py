@@ -6,9 +6,11 @@ default, or an existing scheduler (``--scheduler`` / ``DASK_SCHEDULER_ADDRESS``)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,9 +22,10 @@ from distributed import Client, LocalCluster, as_completed
 from tqdm import tqdm
 
 from pipeline.errors import ClusterError, UsageError
+from pipeline.io.archive import ARCHIVE
 from pipeline.io.commit import StagedRun, new_run_id
 from pipeline.io.storage import Listing, Location, SessionObject, check_output, enumerate_sessions
-from pipeline.io.tables import DATASETS, REPLAY_DATASETS
+from pipeline.io.tables import COMPACTION_DATASETS, DATASETS, REPLAY_DATASETS, compaction_counts
 from pipeline.partitions import BatchResult, audit_batch
 from pipeline.replay_partitions import ReplayOptions, replay_batch
 
@@ -57,6 +60,32 @@ def plan_batches(sessions: list[SessionObject], workers: int) -> list[list[Sessi
     if current:
         batches.append(current)
     return batches
+
+
+def select_sessions(listing: Listing, ids: frozenset[str], root_url: str) -> Listing:
+    """The sessions of ``listing`` whose id (the file's stem) is in ``ids``.
+
+    Parameters
+    ----------
+    listing:
+        What enumerating the root found.
+    ids:
+        Session ids asked for (``--session``); every one must name a session.
+    root_url:
+        The root, for the error message.
+
+    Raises
+    ------
+    UsageError
+        An id names no session under the root (a typo must not pass for "nothing to do").
+    """
+    chosen = [s for s in listing.sessions if s.key.session_id in ids]
+    missing = sorted(ids - {s.key.session_id for s in chosen})
+    if missing:
+        names = ", ".join(repr(m) for m in missing)
+        raise UsageError(f"no session with id {names} under {root_url} "
+                         "(a session's id is its file name without .jsonl)")
+    return Listing(chosen, listing.skipped, listing.skipped_examples)
 
 
 def scheduler_address(scheduler: str | None = None) -> str | None:
@@ -118,6 +147,8 @@ class RunSummary:
     statuses: Counter[str] = field(default_factory=Counter)
     codes: Counter[str] = field(default_factory=Counter)
     failed_batches: int = 0
+    #: Compaction runs: sessions needing packets, packets planned and superseded, copies.
+    compaction: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (for the manifest)."""
@@ -129,6 +160,7 @@ class RunSummary:
             "statuses": dict(sorted(self.statuses.items())),
             "findings_by_code": dict(sorted(self.codes.items())),
             "failed_batches": self.failed_batches,
+            **({"compaction": dict(sorted(self.compaction.items()))} if self.compaction else {}),
         }
 
 
@@ -174,6 +206,7 @@ def run_audit(
     workers: int | None = None,
     progress: bool | None = None,
     replay: ReplayOptions | None = None,
+    sessions: frozenset[str] | None = None,
 ) -> RunSummary:
     """Audit every session under ``root`` and commit the integrity tables under ``out``.
 
@@ -190,6 +223,8 @@ def run_audit(
         LocalCluster size (default: one per core).
     progress:
         Show a progress bar (default: when stderr is a terminal).
+    sessions:
+        Only the sessions with these ids (see :func:`select_sessions`); default all.
 
     Returns
     -------
@@ -205,16 +240,30 @@ def run_audit(
             "memory:// exists only inside this process; a remote cluster cannot read it"
         )
     listing = enumerate_sessions(root)
+    if sessions is not None:
+        listing = select_sessions(listing, sessions, root.url)
     summary = RunSummary(new_run_id(), root.url, out.url, len(listing.sessions),
                          listing.total_bytes, listing.skipped)
-    schemas = {**DATASETS, **(REPLAY_DATASETS if replay is not None else {})}
+    schemas = {**DATASETS, **(REPLAY_DATASETS if replay is not None else {}),
+               **(COMPACTION_DATASETS if replay is not None and replay.compaction else {})}
     staged = StagedRun(out, summary.run_id, schemas)
+    if replay is not None and replay.compaction is not None and replay.write_archive:
+        # Workers write the compacted copies into this run's staging folder; the commit
+        # publishes them under OUT/archive with the rest, or not at all.
+        replay = dataclasses.replace(
+            replay, run_ns=time.time_ns(),
+            archive_to=dataclasses.replace(out, path=staged.stage_dir(ARCHIVE)))
 
     def collect(result: BatchResult) -> None:
         staged.write_part("integrity/sessions", result.index, result.sessions)
         staged.write_part("integrity/findings", result.index, result.findings)
         for name, table in result.extra.items():
             staged.write_part(name, result.index, table)
+        for name, paths in result.files.items():
+            staged.add_files(name, paths)
+            summary.compaction[f"{name}_sessions"] += len(paths)
+        if "compaction" in result.extra:
+            summary.compaction.update(compaction_counts(result.extra["compaction"]))
         summary.statuses.update(result.statuses)
         summary.codes.update(result.codes)
 

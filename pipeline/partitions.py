@@ -31,6 +31,8 @@ class BatchResult:
     statuses: Counter[str] = field(default_factory=Counter)
     #: Further datasets of the run (replay: ``turns``, ``requests``), by name.
     extra: dict[str, pa.Table] = field(default_factory=dict)
+    #: Files the task wrote under the run's staging folder (compacted ledgers), by dataset.
+    files: dict[str, list[str]] = field(default_factory=dict)
 
 
 def unreadable(obj: SessionObject, err: BaseException) -> SessionAudit:

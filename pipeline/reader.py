@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date
 from typing import Any, NamedTuple, TypeGuard
 
 import orjson
@@ -37,9 +37,12 @@ KNOWN_KINDS: frozenset[str] = frozenset(
 # RFC 3339 as chrono writes it: Z, and 0, 3, 6 or 9 fractional digits. ASCII digits
 # only (``\d`` alone would accept any Unicode decimal digit, e.g. Arabic-Indic ones).
 _TS_STR = re.compile(
-    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{3}|\.\d{6}|\.\d{9})?Z\Z", re.ASCII
+    r"(\d{4}-\d\d-\d\d)T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{3}|\.\d{6}|\.\d{9})?Z\Z",
+    re.ASCII,
 )
-_TS_LENGTHS = frozenset({20, 24, 27, 30})
+#: Calendar validity of the dates seen (bounded: cleared when full).
+_DAYS: dict[str, bool] = {}
+_MAX_DAYS = 4096
 #: Where a merged entry can start: vak writes every entry as ``{"id":"…","parent_id":…,
 #: "ts":"…`` (serde field order, compact). Matching the whole envelope prefix rather than
 #: ``{"id":`` alone skips the many nested ``{"id":…}`` objects a torn payload can hold
@@ -128,21 +131,26 @@ def valid_ts(ts: object) -> TypeGuard[str]:
     real instant: ``2026-13-45T25:61:00Z`` has the shape but is no time at all. A leap
     second (``:60``) is refused too: ``Utc::now()`` never yields one.
     """
-    # Cheap character checks first (this runs once per line); the regex and the
-    # calendar check only confirm what they let through.
-    if (
-        not isinstance(ts, str)
-        or len(ts) not in _TS_LENGTHS
-        or ts[-1] != "Z"
-        or ts[10] != "T"
-        or not _TS_STR.match(ts)
-    ):
+    # This runs once per line: the regex checks the shape and the time-of-day ranges,
+    # and the calendar check of the date (the only part a regex cannot do) is cached,
+    # since a session's entries share a handful of dates.
+    if type(ts) is not str:
         return False
-    try:
-        datetime.fromisoformat(ts[:19])
-    except ValueError:
+    match = _TS_STR.match(ts)
+    if match is None:
         return False
-    return True
+    day = match.group(1)
+    known = _DAYS.get(day)
+    if known is None:
+        if len(_DAYS) >= _MAX_DAYS:
+            _DAYS.clear()
+        try:
+            date.fromisoformat(day)
+            known = True
+        except ValueError:
+            known = False
+        _DAYS[day] = known
+    return known
 
 
 def _detail(text: str) -> str:
@@ -191,8 +199,36 @@ def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError as err:
         return None, False, _detail(f"not valid JSON: {err}")
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         return None, False, f"not a JSON object but {type(obj).__name__}"
+    # The common case in one pass (orjson yields exact ``str``/``dict`` types, so
+    # ``type() is`` is exact); optional fields are omitted when absent, never null, so a
+    # ``None`` from ``get`` is checked against presence only on that rare path.
+    ident = obj.get("id")
+    parent = obj.get("parent_id", _ABSENT)
+    kind = obj.get("kind")
+    prev = obj.get("prev_hash")
+    at_turn = obj.get("at_turn")
+    ts = obj.get("ts")
+    if (
+        type(ident) is str and ident
+        and (parent is None or type(parent) is str)
+        and type(kind) is str and kind
+        and (type(prev) is str or (prev is None and "prev_hash" not in obj))
+        and (type(at_turn) is str or (at_turn is None and "at_turn" not in obj))
+        and valid_ts(ts)
+    ):
+        digest = hashlib.sha256(body).hexdigest()
+        return Entry(line, ident, parent, kind, ts, prev, at_turn, digest, obj), False, ""
+    return _parse_slow(body, line, obj)
+
+
+_ABSENT: Any = object()
+
+
+def _parse_slow(body: bytes, line: int, obj: dict[str, Any]) -> tuple[Entry | None, bool, str]:
+    """:func:`parse_entry` for an envelope the fast path refused: say why, or accept
+    vak's duplicate-``kind`` ``work`` line."""
     ident = obj.get("id")
     if not isinstance(ident, str) or not ident:
         return None, False, "envelope: id missing or not a string"
@@ -204,7 +240,6 @@ def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
     ts = obj.get("ts")
     if not valid_ts(ts):
         return None, False, "envelope: ts missing or not RFC 3339 UTC"
-    # Optional fields are omitted when absent, never null: present means a string.
     prev = obj.get("prev_hash")
     if "prev_hash" in obj and not isinstance(prev, str):
         return None, False, "envelope: prev_hash is not a string"
@@ -212,14 +247,10 @@ def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
     if "at_turn" in obj and not isinstance(at_turn, str):
         return None, False, "envelope: at_turn is not a string"
     kind = obj.get("kind")
-    duplicate_kind = False
-    if not isinstance(kind, str) or not kind:
-        if isinstance(kind, dict) and _work_quirk(body):
-            kind, duplicate_kind = "work", True
-        else:
-            return None, False, "envelope: kind missing or not a string"
-    digest = hashlib.sha256(body).hexdigest()
-    return Entry(line, ident, parent, kind, ts, prev, at_turn, digest, obj), duplicate_kind, ""
+    if isinstance(kind, dict) and _work_quirk(body):
+        digest = hashlib.sha256(body).hexdigest()
+        return Entry(line, ident, parent, "work", ts, prev, at_turn, digest, obj), True, ""
+    return None, False, "envelope: kind missing or not a string"
 
 
 def _recover_merged(body: bytes, line: int) -> list[tuple[Entry, bool]]:
@@ -276,9 +307,16 @@ def read_ledger(
     last_terminated = True
     for number, raw in enumerate(lines, 1):
         nbytes += len(raw)
-        last_terminated = raw.endswith(b"\n")
+        last_terminated = raw[-1:] == b"\n"
         body = raw[:-1] if last_terminated else raw
         entry, duplicate_kind, reason = parse_entry(body, number)
+        if (entry is not None and not pending and not duplicate_kind
+                and entry.prev_hash == prev_digest and prev_digest is not None):
+            # The common case, a chained entry after a valid one, without the
+            # general path's bookkeeping (this loop runs once per line).
+            prev_digest = entry.digest
+            yield entry
+            continue
         if entry is not None:
             found = [(entry, duplicate_kind)]
         else:

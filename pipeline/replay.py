@@ -11,13 +11,13 @@ turns, never with its bytes.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.audit import input_and_output, is_directive, usage_of, winning_usage
 from pipeline.catalog import Capacity
-from pipeline.plan import Candidate, plan_v1
+from pipeline.plan import Candidate, WorkingSetPlan, plan_v1
 from pipeline.projection import CARD_TOOL_PREFIX, RuleSet, canonical_json
 from pipeline.reader import Entry
 from pipeline.tokens import Tokenizer
@@ -45,6 +45,10 @@ class Cost:
         self.digest.update(text.encode("utf-8", "surrogatepass"))
         self.digest.update(b"\x00")
 
+    # The start of a message (its overhead, its role) is accounted like any segment; the
+    # alias only lets a recording subclass (``vakpipe show``) see where messages begin.
+    message = add
+
     def hexdigest(self) -> str:
         """Digest of everything added so far."""
         return str(self.digest.hexdigest())
@@ -69,6 +73,8 @@ class Prefix:
     tokens: int
     digest: str
     source: str  # "header" or the turn_capabilities_bound entry id
+    system: str = ""
+    tools: Sequence[Any] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +130,10 @@ class ReplayEngine:
         self.header_model: str | None = None
         self.header_provider: str | None = None
         self.plan: Plan | None = None
-        self.packets: dict[tuple[str, str], tuple[int, str]] = {}  # range -> tokens, digest
-        self.reset: tuple[int, str, int] | None = None  # tokens, digest, turns replaced
-        self.tail: tuple[int, str] = (0, _EMPTY)
+        # The texts are kept (references, not copies) for ``vakpipe show`` to print.
+        self.packets: dict[tuple[str, str], tuple[int, str, str]] = {}  # tokens, digest, text
+        self.reset: tuple[int, str, int, str] | None = None  # tokens, digest, replaced, text
+        self.tail: tuple[int, str, str] = (0, _EMPTY, "")  # tokens, digest, text
         self.pending: RequestReplay | None = None
         self._prefix_cache: dict[str, int] = {}
         self._tools: dict[str, str] = {}  # tool_use id -> tool name, for result digests
@@ -167,7 +174,7 @@ class ReplayEngine:
                 self.rules.tool_overhead + self.count(canonical_json(t)) for t in tools
             )
             self._prefix_cache[digest] = tokens
-        self.prefix = Prefix(tokens, digest, source)
+        self.prefix = Prefix(tokens, digest, source, system, tools)
 
     # -- feeding --------------------------------------------------------------------
     def feed(self, entry: Entry) -> Iterator[RequestReplay]:
@@ -199,8 +206,8 @@ class ReplayEngine:
         elif kind == "intent":
             text = entry.data.get("model_visible")
             text = text if isinstance(text, str) else ""
-            self.tail = ((self.rules.message_overhead + self.count(text), _sha(text))
-                         if text else (0, _EMPTY))
+            self.tail = ((self.rules.message_overhead + self.count(text), _sha(text), text)
+                         if text else (0, _EMPTY, ""))
         elif kind == "context_selection":
             self._selection(entry)
 
@@ -209,6 +216,20 @@ class ReplayEngine:
         if self.pending is not None:
             yield self.pending
             self.pending = None
+
+    def new_turn_costs(self) -> TurnCosts:
+        """The costs of a turn that starts (a subclass may record what they render)."""
+        return TurnCosts()
+
+    def peek(self, entry: Entry) -> RequestReplay | None:
+        """The request the assistant message ``entry`` would complete, without feeding it.
+
+        For ``vakpipe show``, which reads the engine's state at that point; ``None`` when
+        ``entry`` would not be replayed (not an assistant message, or before any turn).
+        """
+        if entry.kind != "message" or entry.role != "assistant" or self.index.current is None:
+            return None
+        return self._replay(entry)
 
     def _message(self, entry: Entry) -> Iterator[RequestReplay]:
         role = entry.role
@@ -229,17 +250,17 @@ class ReplayEngine:
             self.index.add_user(entry)
             if self.costs:
                 open_cost = self.costs[-1].open
-                open_cost.add(self.rules.message_overhead, "user")
+                open_cost.message(self.rules.message_overhead, "user")
                 for b in blocks:
                     t, text = self._block_tokens(b, thinking=True)
                     open_cost.add(t, text)
             return
         if is_directive(entry):
             self.index.start_turn(entry)
-            self.costs.append(TurnCosts())
+            self.costs.append(self.new_turn_costs())
             c = self.costs[-1]
             for cost in (c.verbatim, c.full, c.open):
-                cost.add(self.rules.message_overhead, "user")
+                cost.message(self.rules.message_overhead, "user")
             for b in blocks:
                 t, text = self._block_tokens(b, thinking=True)
                 for cost in (c.verbatim, c.full, c.open):
@@ -250,7 +271,7 @@ class ReplayEngine:
             return
         c = self.costs[-1]
         for cost in (c.verbatim, c.full, c.open):
-            cost.add(self.rules.message_overhead, "user")
+            cost.message(self.rules.message_overhead, "user")
         tools = self._tools
         for b in blocks:
             t, text = self._block_tokens(b, thinking=True)
@@ -272,7 +293,7 @@ class ReplayEngine:
     def _account_assistant(self, blocks: list[dict[str, Any]]) -> None:
         c = self.costs[-1]
         for cost in (c.verbatim, c.full, c.open):
-            cost.add(self.rules.message_overhead, "assistant")
+            cost.message(self.rules.message_overhead, "assistant")
         for b in blocks:
             if b.get("type") == "tool_use":
                 self._tools[str(b.get("id", ""))] = str(b.get("name", ""))
@@ -294,22 +315,29 @@ class ReplayEngine:
     def _compaction(self, entry: Entry) -> None:
         summary = entry.data.get("summary")
         summary = summary if isinstance(summary, str) else ""
-        text = self.rules.summary(summary)
-        cost = (self.rules.message_overhead + self.count(text), _sha(text))
         if entry.data.get("reset_all") is True:
+            text = self.rules.summary(summary)
             keep_open = entry.data.get("keeps_open_turn") is True
             turn = self.index.current
             replaced = len(self.index.turns) - (1 if keep_open and turn and not turn.closed
                                                  else 0)
-            self.reset = (cost[0], cost[1], replaced)
+            self.reset = (self.rules.message_overhead + self.count(text), _sha(text), replaced,
+                          text)
             self._version += 1
             self.packets.clear()
             self.plan = None
         else:
             first, last = entry.data.get("first_turn_id"), entry.data.get("last_turn_id")
             if isinstance(first, str) and isinstance(last, str):
-                self.packets[(first, last)] = cost
-                self._version += 1
+                self._store_packet(first, last, summary)
+
+    def _store_packet(self, first: str, last: str, summary: str) -> int:
+        """Hold a packet over turns ``first``..``last``; return its tokens in a request."""
+        text = self.rules.summary(summary)
+        tokens = self.rules.message_overhead + self.count(text)
+        self.packets[(first, last)] = (tokens, _sha(text), text)
+        self._version += 1
+        return tokens
 
     def _selection(self, entry: Entry) -> None:
         plan = entry.data.get("plan")
@@ -410,6 +438,11 @@ class ReplayEngine:
 
     def _planned(self, closed: list[Turn]) -> Plan:
         """The plan planner v1 makes for the request about to be sent."""
+        wsp = self._working_set(closed)
+        return Plan(wsp.modes, wsp.packet_range, "planner-v1")
+
+    def _working_set(self, closed: list[Turn]) -> WorkingSetPlan:
+        """Planner v1's working set for the ``closed`` turns of the request about to be sent."""
         cap = self.planner
         assert cap is not None
         candidates = []
@@ -421,8 +454,7 @@ class ReplayEngine:
         open_turn = self.index.turns[-1]
         budget = max(0, cap.input_limit - cap.output_reserve - self.rules.request_overhead
                      - self.prefix.tokens - self.tail[0] - self.costs[-1].open.tokens)
-        wsp = plan_v1(candidates, open_turn.asked, budget)
-        return Plan(wsp.modes, wsp.packet_range, "planner-v1")
+        return plan_v1(candidates, open_turn.asked, budget)
 
     def _replay(self, entry: Entry) -> RequestReplay:
         turn = self.index.current

@@ -21,6 +21,9 @@ class SessionReplay:
 
     turns: list[dict[str, Any]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    #: Rows of the ``compaction`` table and the packets a compacted copy gets appended.
+    compaction: list[dict[str, Any]] = field(default_factory=list)
+    packets: list[Any] = field(default_factory=list)
 
 
 def _turn_runs(numbers: list[int]) -> str:
@@ -32,6 +35,10 @@ def _turn_runs(numbers: list[int]) -> str:
         else:
             runs.append([n, n])
     return ", ".join(f"t{a}/*" if a == b else f"t{a}-t{b}/*" for a, b in runs)
+
+
+#: Whole turns in the ledger grammar, for callers outside this module (``vakpipe show``).
+turn_runs = _turn_runs
 
 
 class NowLine:
@@ -96,6 +103,7 @@ def replay_session(
     catalog: ModelCatalog,
     planner: Capacity | None = None,
     selected: set[str] | None = None,
+    engine: ReplayEngine | None = None,
 ) -> SessionReplay:
     """Replay the active chain ``entries`` (root first) of one session.
 
@@ -112,8 +120,11 @@ def replay_session(
         plan in force.
     selected:
         Only emit requests whose ``tN/iM`` scope is in this set (all when ``None``).
+    engine:
+        A fresh engine to replay with (a compaction engine plans packets on the way);
+        by default one made of ``rules``, ``tokenizer`` and ``planner``.
     """
-    engine = ReplayEngine(rules, tokenizer, planner=planner)
+    engine = engine if engine is not None else ReplayEngine(rules, tokenizer, planner=planner)
     out = SessionReplay()
     hint = HintState()
     now = NowLine(engine)

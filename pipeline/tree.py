@@ -7,7 +7,7 @@ of entries, not with the file size.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,7 @@ class TreeIndex:
     header: Node | None = None
     _unresolved: list[Node] = field(default_factory=list)
 
-    def add(self, entry: Entry, info: Any = None) -> list[Finding]:
+    def add(self, entry: Entry, info: Any = None) -> Sequence[Finding]:
         """Add one valid entry; return the findings it raises on its own.
 
         Parameters
@@ -49,9 +49,18 @@ class TreeIndex:
         info:
             Caller data kept on the node (never the payload itself).
         """
+        ident, parent, kind = entry.id, entry.parent_id, entry.kind
+        node = Node(entry.line, ident, parent, kind, info)
+        by_id = self.by_id
+        # The common case (a known kind whose parent came earlier, a fresh id) without
+        # the checks below: this runs once per entry.
+        if (kind != "header" and kind in KNOWN_KINDS and parent in by_id
+                and ident not in by_id):
+            by_id[ident] = node
+            self.nodes.append(node)
+            return ()
         findings: list[Finding] = []
-        node = Node(entry.line, entry.id, entry.parent_id, entry.kind, info)
-        if entry.is_header:
+        if entry.kind == "header":
             if self.header is not None:
                 findings.append(Finding(
                     Code.SECOND_HEADER, entry.line, entry.id,
@@ -69,20 +78,18 @@ class TreeIndex:
                 Code.UNKNOWN_KIND, entry.line, entry.id,
                 f"kind {entry.kind[:40]!r} is not known; kept in chain and tree, never projected",
             ))
-        if entry.id in self.by_id:
+        first = self.by_id.setdefault(entry.id, node)
+        if first is not node:
             findings.append(Finding(
-                Code.DUPLICATE_ID, entry.line, entry.id,
-                f"id first used on line {self.by_id[entry.id].line}",
+                Code.DUPLICATE_ID, entry.line, entry.id, f"id first used on line {first.line}",
             ))
-        else:
-            self.by_id[entry.id] = node
         if entry.parent_id is None:
-            if not entry.is_header:
+            if entry.kind != "header":
                 findings.append(Finding(
                     Code.ORPHAN_PARENT, entry.line, entry.id,
                     "parent_id is null on a non-header entry",
                 ))
-        elif entry.parent_id == entry.id and self.by_id[entry.id] is node:
+        elif entry.parent_id == entry.id and first is node:
             # Checked before the lookup: the id was registered just above, so an entry
             # naming itself as parent would otherwise pass as a known parent, silently.
             findings.append(Finding(

@@ -22,7 +22,6 @@ from pipeline.generate import (
     generate_session,
     ground_truth,
 )
-from pipeline.generate_faults import LongText, RawEntry, serialize
 from pipeline.generate_replay import fork_engine
 from pipeline.layout import cwd_hash, parse_session_path
 from pipeline.projection import get_rule_set
@@ -31,6 +30,7 @@ from pipeline.replay import ReplayEngine, RequestReplay
 from pipeline.tokens import get_tokenizer
 from pipeline.tree import TreeIndex
 from pipeline.types import Code, Severity
+from pipeline.wire import LongText, RawEntry, serialize
 
 TS = re.compile(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z\Z")
 UUID7 = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\Z")

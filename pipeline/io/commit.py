@@ -45,11 +45,22 @@ class StagedRun:
     run_id: str
     schemas: dict[str, pa.Schema]
     _parts: dict[str, dict[int, tuple[str, int]]] = field(default_factory=dict)
+    #: File datasets (compacted ledgers): paths relative to the dataset folder, written
+    #: by the workers under :meth:`stage_dir`.
+    _files: dict[str, set[str]] = field(default_factory=dict)
 
     @property
     def stage_path(self) -> str:
         """Filesystem path of this run's staging folder."""
         return self.out.join(STAGING, self.run_id)
+
+    def stage_dir(self, dataset: str) -> str:
+        """Where the workers write the files of a file dataset before the commit."""
+        return posixpath.join(self.stage_path, dataset)
+
+    def add_files(self, dataset: str, relpaths: list[str]) -> None:
+        """Record files written under :meth:`stage_dir` for the commit to publish."""
+        self._files.setdefault(dataset, set()).update(relpaths)
 
     def write_part(self, dataset: str, index: int, table: pa.Table) -> None:
         """Stage part ``index`` of ``dataset`` (rewriting it if it was staged before)."""
@@ -89,6 +100,14 @@ class StagedRun:
                     names.append(name)
                     rows[dataset] = rows.get(dataset, 0) + n
                 files[dataset] = names
+            previous = read_manifest(self.out)
+            for dataset, rels in self._files.items():
+                for rel in sorted(rels):
+                    target = self.out.join(dataset, rel)
+                    self.out.makedirs(posixpath.dirname(target))
+                    fs.mv(posixpath.join(self.stage_dir(dataset), rel), target)
+                files[dataset] = sorted(rels)
+                rows[dataset] = len(rels)
             manifest = {
                 "run_id": self.run_id,
                 "committed_at": datetime.now(UTC).isoformat(),
@@ -99,7 +118,15 @@ class StagedRun:
             tmp = self.out.join(f"{MANIFEST}.{self.run_id}.tmp")
             fs.pipe_file(tmp, json.dumps(manifest, indent=1, sort_keys=True).encode())
             fs.mv(tmp, self.out.join(MANIFEST))
+            for dataset, rels in self._files.items():
+                # Nested paths: the previous manifest says what the last run published.
+                before = ((previous or {}).get("datasets", {}).get(dataset) or {})
+                for rel in sorted(set(before.get("files", [])) - rels):
+                    if fs.exists(self.out.join(dataset, rel)):
+                        fs.rm(self.out.join(dataset, rel))
             for dataset, names in files.items():
+                if dataset in self._files:
+                    continue
                 keep = set(names)
                 for path in fs.ls(self.out.join(dataset), detail=False):
                     if posixpath.basename(path) not in keep:

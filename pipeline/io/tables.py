@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.audit import USAGE_KINDS
 from pipeline.types import Finding
@@ -140,3 +141,43 @@ REQUESTS_SCHEMA = pa.schema(
 
 #: The replay datasets, committed with the integrity ones when a run replays.
 REPLAY_DATASETS: dict[str, pa.Schema] = {"turns": TURNS_SCHEMA, "requests": REQUESTS_SCHEMA}
+
+COMPACTION_SCHEMA = pa.schema(
+    [
+        ("session_path", pa.string()),
+        ("session_id", pa.string()),
+        ("packet_id", pa.string()),
+        ("scope", pa.string()),
+        ("first_turn", pa.int32()),
+        ("last_turn", pa.int32()),
+        ("first_turn_id", pa.string()),
+        ("last_turn_id", pa.string()),
+        ("turns_covered", pa.int32()),
+        ("tokens_before", pa.int64()),
+        ("tokens_after", pa.int64()),
+        ("summary", pa.string()),
+        ("summary_tokens", pa.int64()),
+        ("summary_detail", pa.string()),
+        ("summariser", pa.string()),
+        ("summariser_version", pa.string()),
+        ("seeded_from", pa.string()),
+        ("needed_by_scope", pa.string()),
+        ("needed_by_entry_id", pa.string()),
+        ("fits", pa.bool_()),
+        ("superseded", pa.bool_()),
+        ("archived", pa.bool_()),
+        ("profile", pa.string()),
+        ("model", pa.string()),
+        ("model_input_limit", pa.int64()),
+    ]
+)
+
+COMPACTION_DATASETS: dict[str, pa.Schema] = {"compaction": COMPACTION_SCHEMA}
+
+
+def compaction_counts(table: pa.Table) -> dict[str, int]:
+    """Sessions needing packets, packets planned and superseded, in a compaction table."""
+    needing = pc.count_distinct(table["session_path"]).as_py() if table.num_rows else 0
+    superseded = pc.sum(table["superseded"]).as_py() or 0 if table.num_rows else 0
+    return {"sessions_needing_packets": needing, "packets": table.num_rows,
+            "packets_superseded": superseded}

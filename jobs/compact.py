@@ -1,0 +1,44 @@
+"""The compaction job (``vakpipe compact``): plan the packets a capacity needs.
+
+Thin: :func:`pipeline.orchestrate.run_audit` with replay options that carry
+:class:`~pipeline.compaction.CompactionOptions`; this module builds them and prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from jobs.audit import print_summary
+from pipeline.compaction import CompactionOptions
+from pipeline.io.storage import Location
+from pipeline.orchestrate import RunSummary, run_audit
+from pipeline.replay_partitions import ReplayOptions
+
+
+def compact_job(root: Location, out: Location, options: ReplayOptions,
+                compaction: CompactionOptions, *, write_archive: bool = False,
+                sessions: frozenset[str] | None = None, scheduler: str | None = None,
+                workers: int | None = None, progress: bool | None = None) -> RunSummary:
+    """Replay every session under ``root`` under planner v1 for the compaction's capacity
+    profile, plan its packets, and commit the integrity, ``turns``, ``requests`` and
+    ``compaction`` tables (and, with ``write_archive``, the compacted copies under
+    ``out/archive``) in one atomic commit."""
+    options = dataclasses.replace(options, planner=True, compaction=compaction,
+                                  write_archive=write_archive)
+    return run_audit(root, out, scheduler=scheduler, workers=workers, progress=progress,
+                     replay=options, sessions=sessions)
+
+
+def print_compaction_summary(summary: RunSummary) -> None:
+    """Print a compaction run's summary: the audit's, then what the budget needs."""
+    print_summary(summary)
+    c = summary.compaction
+    click.echo(f"  compaction: {c['sessions_needing_packets']:,} of {summary.sessions:,} "
+               f"sessions need packets; {c['packets']:,} packets planned, "
+               f"{c['packets_superseded']:,} superseded by broader ones")
+    if c["archive_sessions"]:
+        click.echo(f"  compacted archive: {c['archive_sessions']:,} ledgers under "
+                   f"{summary.out}/archive")
+    click.echo(f"  table: {summary.out}/compaction")

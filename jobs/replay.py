@@ -1,0 +1,119 @@
+"""The replay job (``vakpipe replay``) and the single-request view (``vakpipe show``).
+
+Thin: the logic lives in :mod:`pipeline` (:func:`pipeline.orchestrate.run_audit` with
+replay options, :mod:`pipeline.show`); this module wires storage to it and prints.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import tempfile
+from typing import Any
+
+import click
+
+from jobs.audit import print_summary
+from pipeline.audit import audit_session
+from pipeline.errors import UsageError
+from pipeline.io.storage import (
+    Location,
+    SessionObject,
+    open_lines,
+    resolve,
+    storage_error,
+    storage_errors,
+)
+from pipeline.layout import SessionKey, parse_session_path
+from pipeline.orchestrate import RunSummary, run_audit
+from pipeline.projection import get_rule_set
+from pipeline.reader import Entry, read_ledger
+from pipeline.replay_partitions import SPOOL_MEMORY_BYTES, ReplayOptions, replay_spooled
+from pipeline.scopes import parse_scope
+from pipeline.show import capture_request, find_request, format_request
+from pipeline.tokens import get_tokenizer
+
+
+def replay_job(root: Location, out: Location, options: ReplayOptions, *,
+               sessions: frozenset[str] | None = None, scheduler: str | None = None,
+               workers: int | None = None, progress: bool | None = None) -> RunSummary:
+    """Audit and replay the sessions under ``root`` (all, or those with the ids in
+    ``sessions``) and commit the integrity, ``turns`` and ``requests`` tables under
+    ``out`` (see :func:`pipeline.orchestrate.run_audit`)."""
+    return run_audit(root, out, scheduler=scheduler, workers=workers, progress=progress,
+                     replay=options, sessions=sessions)
+
+
+def print_replay_summary(summary: RunSummary) -> None:
+    """Print a replay run's summary: the audit's, and where the replay tables are."""
+    print_summary(summary)
+    click.echo(f"  replay: {summary.out}/turns, {summary.out}/requests")
+
+
+def session_object(url: str, storage_options: dict[str, Any] | None = None
+                   ) -> tuple[Location, SessionObject]:
+    """The one ledger object at ``url``, as a location and a listed object.
+
+    Its key comes from the archive layout when the URL ends with it
+    (``agents/<agent>/sessions/<dir>/<id>.jsonl``); a file kept anywhere else is keyed
+    by its name only, so the audit reports its directory as ``cwd_hash_mismatch``.
+
+    Raises
+    ------
+    StorageError
+        The object cannot be found or read.
+    UsageError
+        ``url`` names a folder, not a ledger.
+    """
+    loc = resolve(url, dict(storage_options or {}))
+    try:
+        info = loc.filesystem().info(loc.path)
+    except storage_errors() as err:
+        raise storage_error(err, url) from err
+    if info.get("type", "file") != "file":
+        raise UsageError(f"{url}: a folder, not one ledger (vakpipe replay reads a whole "
+                         "archive)")
+    name = posixpath.basename(loc.path)
+    tail = "/".join(loc.path.split("/")[-5:])
+    key = parse_session_path(tail) or SessionKey(name, "", "", name.removesuffix(".jsonl"))
+    etag = info.get("ETag") or info.get("etag")
+    return loc, SessionObject(key, loc.path, int(info.get("size") or 0),
+                              etag.strip('"') if etag else None)
+
+
+def show_job(url: str, scope: str, options: ReplayOptions, *,
+             storage_options: dict[str, Any] | None = None, full: bool = False) -> str:
+    """Audit and replay the ledger at ``url``; render its request at ``scope``.
+
+    The object is read once, into a local spool (memory, then disk): the audit, the
+    batch replay (which gives the request's row, so ``show`` prints what the
+    ``requests`` table holds) and the rendering pass (which stops at the request) all
+    read the spool.
+
+    Returns
+    -------
+    str
+        The text to print (:func:`pipeline.show.format_request`).
+    """
+    loc, obj = session_object(url, storage_options)
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as spool:
+        try:
+            with open_lines(loc, obj) as lines:
+                spool.writelines(lines)
+        except storage_errors() as err:
+            raise storage_error(err, url) from err
+        spool.seek(0)
+        audit = audit_session(obj.key, spool, size=obj.size)
+        row = find_request(replay_spooled(obj, audit, spool, options).requests, scope, url)
+        capacity = options.catalog.lookup(row["model"])
+        spool.seek(0)
+        active = audit.active
+        chain = (e for e in read_ledger(spool)
+                 if isinstance(e, Entry) and (e.line, e.id) in active)
+        rendered = capture_request(
+            chain, row["entry_id"], rules=get_rule_set(options.rules), tokenizer=get_tokenizer(),
+            planner=options.catalog.lookup(audit.row.get("model")) if options.planner else None)
+    parsed = parse_scope(scope)
+    note = (f"{scope} is a tool call (form) of request {row['scope']}"
+            if parsed is not None and parsed.form is not None else None)
+    return format_request(row, rendered, session=url, audit=audit.row, capacity=capacity,
+                          full=full, note=note)

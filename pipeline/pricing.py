@@ -1,0 +1,309 @@
+"""What a model request costs: a versioned price table and the pricing of token usage.
+Pure but for the price file read in :func:`load_prices`.
+
+The table (``pipeline/data/prices.toml``) has the model catalog's shape and shares its
+loader and pattern matching (:func:`pipeline.catalog.load_rule_file`): ordered
+``[[model]]`` rules, the first whose ``provider`` and ``pattern`` match wins, a user's
+file is tried first. Amounts are exact :class:`~decimal.Decimal` US dollars, so sums
+over a fleet do not drift; convert to float only when writing a table. The rules are
+in ``docs/cost-rules.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Context, Decimal
+from pathlib import Path
+from typing import Any, Protocol
+
+from pipeline.audit import Usage, input_and_output, usage_of
+from pipeline.catalog import load_rule_file, name_matches
+from pipeline.errors import UsageError
+
+# Wide enough that no product or sum of ledger-sized counts is ever rounded; a fixed
+# context also keeps results independent of the caller's thread-local decimal context.
+_CTX = Context(prec=60)
+_ZERO = Decimal(0)
+_MEMO_MAX = 4096
+_RATES = ("input", "output", "cache_read", "cache_write")
+_RULE_KEYS = frozenset(("provider", "pattern", "tier", *_RATES))
+_TIER_KEYS = frozenset(("above", *_RATES))
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """USD per million tokens of each kind."""
+
+    input: Decimal
+    output: Decimal
+    cache_read: Decimal
+    cache_write: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """Rates for a whole request whose prompt tokens are strictly above ``above``."""
+
+    above: int
+    rates: Rates
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """One ``[[model]]`` rule of a price table: what matched, and its rates."""
+
+    provider: str
+    pattern: str
+    base: Rates
+    tier: Tier | None = None
+
+    def rates_for(self, prompt_tokens: int) -> Rates:
+        """The rates of a request with ``prompt_tokens`` (input + cache read + write)."""
+        if self.tier is not None and prompt_tokens > self.tier.above:
+            return self.tier.rates
+        return self.base
+
+
+class PriceTable(Protocol):
+    """Anything that prices a provider's model (the shipped TOML table, a test's dict)."""
+
+    def lookup(self, provider: str | None, model: str | None) -> Price | None:
+        """The price rule for ``model`` served by ``provider``; ``None`` when unknown."""
+        ...
+
+
+@dataclass(frozen=True)
+class TomlPriceTable:
+    """Ordered price rules from TOML files: the first rule that matches wins."""
+
+    rules: tuple[Price, ...]
+    version: str = ""
+    as_of: date | None = None
+    # A fleet names a handful of models; matching ~60 patterns per request is not free.
+    _memo: dict[tuple[str, str], Price | None] = field(
+        default_factory=dict, compare=False, repr=False)
+
+    def lookup(self, provider: str | None, model: str | None) -> Price | None:
+        """The first rule whose provider and model patterns both match.
+
+        Parameters
+        ----------
+        provider : str or None
+            The provider as the ledger names it (a receipt's ``provider``, else the
+            header contract's). Without one, only rules for provider ``*`` can match:
+            the same model name is sold at other prices elsewhere.
+        model : str or None
+            The model name (``meta.model``, a receipt's ``model``).
+
+        Returns
+        -------
+        Price or None
+            ``None`` when no rule matches: an unknown model, which the caller reports.
+        """
+        if not model:
+            return None
+        key = (provider or "", model)
+        if key in self._memo:
+            return self._memo[key]
+        found = next((r for r in self.rules if name_matches(r.provider, key[0])
+                      and name_matches(r.pattern, model)), None)
+        if len(self._memo) < _MEMO_MAX:  # model names are archive data: bound the memo
+            self._memo[key] = found
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """A request's token counts, in the ledger's convention (``docs/cost-rules.md``).
+
+    ``input`` excludes cached tokens for every provider: vak normalises OpenAI's
+    ``prompt_tokens`` (which includes the cached ones) to Anthropic's convention, so
+    the prompt a provider saw is ``input + cache_read + cache_write``.
+    """
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+    def __post_init__(self) -> None:
+        for name in _RATES:
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise UsageError(f"TokenUsage.{name} must be a non-negative int, got {v!r}")
+
+    @classmethod
+    def of(cls, usage: Usage) -> TokenUsage:
+        """From the audit's ``(input, output, cache read, cache creation)`` tuple."""
+        return cls(*usage)
+
+    @classmethod
+    def from_ledger(cls, obj: Any) -> TokenUsage | None:
+        """From a ledger ``usage`` object; ``None`` when it is not a valid one."""
+        u = usage_of(obj)
+        return None if u is None else cls(*u)
+
+    def as_tuple(self) -> Usage:
+        """The audit's tuple form."""
+        return self.input, self.output, self.cache_read, self.cache_write
+
+    @property
+    def prompt(self) -> int:
+        """Every input token the provider saw: what a long-context tier is judged on."""
+        return input_and_output(self.as_tuple())[0] or 0
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(self.input + other.input, self.output + other.output,
+                          self.cache_read + other.cache_read,
+                          self.cache_write + other.cache_write)
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """US dollars a request cost, per token kind (exact decimals).
+
+    ``unknown_model`` marks usage no rule could price: its amounts are zero, which is
+    not "free"; a report must say so. ``tiered`` marks long-context rates. Adding costs
+    keeps both flags if any part had them.
+    """
+
+    input: Decimal = _ZERO
+    output: Decimal = _ZERO
+    cache_read: Decimal = _ZERO
+    cache_write: Decimal = _ZERO
+    unknown_model: bool = False
+    tiered: bool = False
+
+    @property
+    def total(self) -> Decimal:
+        """The sum of the four amounts."""
+        return _CTX.add(_CTX.add(self.input, self.output),
+                        _CTX.add(self.cache_read, self.cache_write))
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(_CTX.add(self.input, other.input), _CTX.add(self.output, other.output),
+                    _CTX.add(self.cache_read, other.cache_read),
+                    _CTX.add(self.cache_write, other.cache_write),
+                    self.unknown_model or other.unknown_model, self.tiered or other.tiered)
+
+    def as_floats(self) -> dict[str, float]:
+        """The amounts and total as floats, for table columns."""
+        return {"input": float(self.input), "output": float(self.output),
+                "cache_read": float(self.cache_read), "cache_write": float(self.cache_write),
+                "total": float(self.total)}
+
+
+def _usd(tokens: int, per_million: Decimal) -> Decimal:
+    return _CTX.multiply(Decimal(tokens), per_million).scaleb(-6, _CTX)
+
+
+def price(usage: TokenUsage, rule: Price | None) -> Cost:
+    """What ``usage`` cost under ``rule`` (a :meth:`PriceTable.lookup` result).
+
+    Parameters
+    ----------
+    usage : TokenUsage
+        One request's tokens. Price requests one at a time: a long-context tier is
+        decided per request, so the cost of summed usage is not the summed cost.
+    rule : Price or None
+        ``None`` for a model the table does not know.
+
+    Returns
+    -------
+    Cost
+        Exact amounts; zero amounts with ``unknown_model=True`` when ``rule`` is None.
+    """
+    if rule is None:
+        return Cost(unknown_model=True)
+    r = rule.rates_for(usage.prompt)
+    return Cost(_usd(usage.input, r.input), _usd(usage.output, r.output),
+                _usd(usage.cache_read, r.cache_read), _usd(usage.cache_write, r.cache_write),
+                tiered=r is not rule.base)
+
+
+def _get(entry: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in entry:
+        raise KeyError(f"{where}{key}")
+    return entry[key]
+
+
+def _rate(entry: Mapping[str, Any], key: str, where: str) -> Decimal:
+    v = _get(entry, key, where)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+        raise ValueError(f"key '{where}{key}' must be a non-negative number "
+                         f"(USD per million tokens), got {v!r}")
+    # repr gives back the decimal the file spelt (0.3, not 0.2999...)
+    return Decimal(v) if isinstance(v, int) else Decimal(repr(v))
+
+
+def _rates(entry: Mapping[str, Any], where: str) -> Rates:
+    inp, out = _rate(entry, "input", where), _rate(entry, "output", where)
+    read = _rate(entry, "cache_read", where) if "cache_read" in entry else inp
+    write = _rate(entry, "cache_write", where) if "cache_write" in entry else inp
+    return Rates(inp, out, read, write)
+
+
+def _only(entry: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
+    # A misspelt optional key (cache_raed) would otherwise silently price at input.
+    extra = sorted(set(entry) - allowed)
+    if extra:
+        raise ValueError(f"unknown key '{where}{extra[0]}' (expected {', '.join(sorted(allowed))})")
+
+
+def _name(entry: Mapping[str, Any], key: str) -> str:
+    v = _get(entry, key, "")
+    if not isinstance(v, str) or not v:
+        raise ValueError(f"key '{key}' must be a non-empty string, got {v!r}")
+    return v
+
+
+def _price_rule(entry: Mapping[str, Any]) -> Price:
+    _only(entry, _RULE_KEYS, "")
+    base = _rates(entry, "")
+    tier = None
+    if "tier" in entry:
+        t = entry["tier"]
+        if not isinstance(t, dict):
+            raise ValueError(f"key 'tier' must be a table, got {t!r}")
+        _only(t, _TIER_KEYS, "tier.")
+        above = _get(t, "above", "tier.")
+        if isinstance(above, bool) or not isinstance(above, int) or above <= 0:
+            raise ValueError(f"key 'tier.above' must be a positive integer, got {above!r}")
+        rates = _rates(t, "tier.")
+        for k in _RATES:
+            # Cheaper tier rates would make a request cost less as its prompt grows.
+            if getattr(rates, k) < getattr(base, k):
+                raise ValueError(f"key 'tier.{k}' ({getattr(rates, k)}) is below "
+                                 f"'{k}' ({getattr(base, k)}): a tier may not be cheaper")
+        tier = Tier(above, rates)
+    return Price(_name(entry, "provider"), _name(entry, "pattern"), base, tier)
+
+
+def load_prices(override: str | Path | None = None) -> TomlPriceTable:
+    """The shipped price table, with the rules of ``override`` (a TOML file) tried first.
+
+    Parameters
+    ----------
+    override : str or Path or None
+        A user's price file of the same shape (its ``version`` and ``as_of`` are not
+        read; the table's version becomes ``<shipped>+<file name>``).
+
+    Returns
+    -------
+    TomlPriceTable
+        The rules, the version and the shipped table's ``as_of`` date.
+
+    Raises
+    ------
+    UsageError
+        A file cannot be read, or a key is missing or invalid; the message names the
+        file, the ``[[model]]`` entry and the key.
+    """
+    loaded = load_rule_file("prices.toml", "model", _price_rule, override, "price table")
+    as_of = loaded.shipped.get("as_of")
+    if not isinstance(as_of, date) or isinstance(as_of, datetime):
+        raise UsageError(f"prices.toml: key 'as_of' must be a date (YYYY-MM-DD), got {as_of!r}")
+    return TomlPriceTable(loaded.rules, loaded.version, as_of)

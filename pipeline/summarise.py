@@ -1,0 +1,489 @@
+"""Summarisers of compaction packets, behind a Protocol. Pure.
+
+A packet ``{summary, first_turn_id, last_turn_id, model, tokens_before}`` stands for a
+contiguous range of whole closed turns (spec section 5). Its summary is written from the
+covered turns' ``turn_card`` entries, never from their raw tool output, and is seeded
+from a stored packet over the same first turn when there is one: the seed covers a
+prefix of the range, and only the turns after it are added.
+
+:class:`CardsSummariser` (``"cards"``) is the offline, deterministic default; the HTTP
+one (``"http"``, :mod:`pipeline.io.http_summariser`) asks a model. The format of the
+cards summary is documented in ``docs/compaction.md`` (*Summaries*).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from pipeline.errors import PipelineError, UsageError
+from pipeline.projection import canonical_json, card_line, get_rule_set
+from pipeline.tokens import Tokenizer, get_tokenizer
+from pipeline.turns import Turn
+
+#: Names :func:`get_summariser` knows.
+SUMMARISERS = ("cards", "http")
+
+
+class SummariserError(PipelineError, RuntimeError):
+    """A summariser could not produce a summary (an endpoint failed or answered nonsense)."""
+
+
+class Detail(enum.Enum):
+    """How much of the covered turns a summary kept."""
+
+    FULL = "full"  # a block per turn with every field
+    SHORT = "short"  # blocks with shortened fields
+    COLLAPSED = "collapsed"  # the oldest turns one card line each, the rest short blocks
+    LINES = "lines"  # every turn one terse card line
+    RUNS = "runs"  # runs of consecutive turns merged into one line each
+    MINIMAL = "minimal"  # the header line only
+    MODEL = "model"  # written by a model
+    MODEL_CUT = "model-cut"  # written by a model that stopped at its token limit
+
+
+@dataclass(frozen=True)
+class SummarySeed:
+    """A stored packet over the same first turn: its summary and the last turn it covers."""
+
+    summary: str
+    last_turn_id: str
+
+
+@dataclass(frozen=True)
+class SummaryRequest:
+    """What to summarise: turns ``first_turn``..``last_turn`` of one session.
+
+    Parameters
+    ----------
+    session_id:
+        The session the turns belong to.
+    first_turn, last_turn, first_turn_id, last_turn_id:
+        Numbers (``tN``) and directive entry ids of the range's ends, both included.
+    cards:
+        The ``card`` of each covered turn's ``turn_card``, oldest first, one per turn.
+    target_tokens:
+        Upper bound of the summary's tokens.
+    model:
+        The model the packet is written for (its ``model`` field).
+    seed:
+        A stored packet over the same first turn, if any.
+    """
+
+    session_id: str
+    first_turn: int
+    last_turn: int
+    first_turn_id: str
+    last_turn_id: str
+    cards: Sequence[Mapping[str, Any]]
+    target_tokens: int
+    model: str = ""
+    seed: SummarySeed | None = None
+
+    def __post_init__(self) -> None:
+        # Freeze the sequence too: a request is shipped to workers and hashed by nobody.
+        object.__setattr__(self, "cards", tuple(self.cards))
+        if not 1 <= self.first_turn <= self.last_turn:
+            raise UsageError(f"bad turn range t{self.first_turn}-t{self.last_turn}")
+        if len(self.cards) != self.last_turn - self.first_turn + 1:
+            raise UsageError(f"{len(self.cards)} cards for turns "
+                             f"t{self.first_turn}-t{self.last_turn}: one per turn expected")
+        if not self.first_turn_id or not self.last_turn_id:
+            raise UsageError("a packet needs its first and last turn ids")
+        if self.target_tokens < 1:
+            raise UsageError(f"target_tokens must be at least 1, not {self.target_tokens}")
+
+    @property
+    def span(self) -> str:
+        """``tA-tB`` (``tA`` for one turn)."""
+        return _span(self.first_turn, self.last_turn)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A packet summary and how it was made."""
+
+    text: str
+    tokens: int
+    summariser: str
+    version: str
+    detail: Detail = Detail.FULL
+    over_target: bool = False  # even the minimal form is longer than the target
+    seeded: bool = False  # the seed was kept and only later turns added
+
+
+@runtime_checkable
+class Summariser(Protocol):
+    """Writes a packet summary for a :class:`SummaryRequest`."""
+
+    @property
+    def name(self) -> str:
+        """Registry name (``cards``, ``http``)."""
+        ...
+
+    @property
+    def version(self) -> str:
+        """Changes whenever the same request could get another summary."""
+        ...
+
+    def summarise(self, request: SummaryRequest) -> Summary:
+        """Summarise ``request``; raises :class:`SummariserError` when it cannot."""
+        ...
+
+
+def seed_prefix(request: SummaryRequest) -> int | None:
+    """How many of the request's turns its seed covers, or ``None`` without a usable seed.
+
+    A seed is usable when its last turn is one of the covered turns (by the card's
+    ``turn_id``, or by the range's own ids); a seed that ends outside the range is not a
+    prefix of it.
+    """
+    seed = request.seed
+    if seed is None or not seed.summary.strip():
+        return None
+    if seed.last_turn_id == request.last_turn_id:
+        return len(request.cards)
+    if seed.last_turn_id == request.first_turn_id:
+        return 1
+    for i, card in enumerate(request.cards):
+        if card.get("turn_id") == seed.last_turn_id:
+            return i + 1
+    return None
+
+
+def compact_json(value: Any) -> str:
+    """Canonical JSON (compact, sorted keys), with a lenient fallback for values orjson
+    refuses (integers past 64 bits, which a ledger may hold)."""
+    try:
+        return canonical_json(value)
+    except TypeError:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          default=str)
+
+
+def request_from_turns(session_id: str, turns: Sequence[Turn], *, target_tokens: int,
+                       model: str = "", seed: SummarySeed | None = None) -> SummaryRequest:
+    """A request over ``turns`` (consecutive, oldest first) of a
+    :class:`~pipeline.turns.TurnIndex`; other parameters as in :class:`SummaryRequest`.
+
+    A turn without a card (vak writes one per closed turn) gets a stand-in made of what
+    the index kept of it: the directive, the tool names and the final narration, still
+    none of its tool output.
+    """
+    if not turns:
+        raise UsageError("a packet covers at least one turn")
+    if [t.number for t in turns] != list(range(turns[0].number, turns[-1].number + 1)):
+        raise UsageError("a packet covers consecutive turns")
+    cards = tuple(t.card if t.card is not None else {
+        "turn_id": t.id, "asked": t.asked, "did": [{"tool": name} for name in t.tools],
+        "answered": {"presentations": [], "narration": t.narration}} for t in turns)
+    return SummaryRequest(session_id, turns[0].number, turns[-1].number, turns[0].id,
+                          turns[-1].id, cards, target_tokens, model, seed)
+
+
+# -- the cards summariser --------------------------------------------------------------
+
+_WS = re.compile(r"\s+")
+# The header line this summariser writes; a seed that starts with one loses it, so that a
+# summary seeded from an earlier one reads as one summary, not as nested ones.
+_HEADER = re.compile(r"\ATurns? t\d+(?:-t\d+)? \(\d+ turns?\)[^\n]*(?:\n|\Z)")
+_TERSE = get_rule_set("v1-terse-cards")
+
+
+def _span(a: int, b: int) -> str:
+    return f"t{a}" if a == b else f"t{a}-t{b}"
+
+
+def _count(n: int) -> str:
+    return f"{n} turn{'s' if n != 1 else ''}"
+
+
+def _turns(a: int, b: int) -> str:  # the header's subject: "Turns t3-t7 (5 turns)"
+    return f"Turn{'s' if b > a else ''} {_span(a, b)} ({_count(b - a + 1)})"
+
+
+def _clean_tag(text: str) -> str:
+    # A summary lands inside <context_summary>: a closing tag in the data must not end it.
+    return text.replace("</context_summary", "<\\/context_summary")
+
+
+def _clean(value: Any) -> str:
+    """One line of text."""
+    text = value if isinstance(value, str) else "" if value is None else compact_json(value)
+    return _clean_tag(_WS.sub(" ", text).strip())
+
+
+def _shorten(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary to at most ``limit`` characters, ``…`` marking it."""
+    if len(text) <= limit:
+        return text
+    cut = text[: max(limit - 1, 0)]
+    space = cut.rfind(" ")
+    if space >= limit // 2:
+        cut = cut[:space]
+    return cut.rstrip() + "…"
+
+
+@dataclass(frozen=True)
+class _Card:
+    """One covered turn's card, normalised: every field a clean one-line string."""
+
+    n: int
+    asked: str
+    calls: tuple[tuple[str, str, str], ...]  # tool, arguments digest, evidence id
+    shown: tuple[tuple[str, str, str, str], ...]  # semantic type, title, digest, id
+    narration: str
+    outcome: str
+
+
+def _dicts(value: Any) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _card(n: int, card: Mapping[str, Any]) -> _Card:
+    answered = card.get("answered")
+    answered = answered if isinstance(answered, Mapping) else {}
+    calls = tuple((_clean(d.get("tool")) or "?", _clean(d.get("args_digest")),
+                   _clean(d.get("evidence_id"))) for d in _dicts(card.get("did")))
+    shown = tuple((_clean(p.get("semantic_type")) or "?", _clean(p.get("title")),
+                   _clean(p.get("digest")), _clean(p.get("id")))
+                  for p in _dicts(answered.get("presentations")))
+    return _Card(n, _clean(card.get("asked")), calls, shown, _clean(answered.get("narration")),
+                 _clean(card.get("outcome")))
+
+
+@dataclass(frozen=True)
+class _Style:
+    text: int  # characters kept of ``asked`` and the narration
+    each_call: bool  # every call with its arguments, else ``tool×count`` per tool
+    digests: bool  # presentation digests
+
+
+_STYLES = ((Detail.FULL, _Style(400, True, True)), (Detail.SHORT, _Style(160, False, True)),
+           (Detail.SHORT, _Style(80, False, False)))
+_BRIEF = _STYLES[-1][1]
+_LINE_ASKED, _TERSE_ASKED, _RUN_ASKED, _NAME = 80, 40, 30, 40
+
+
+def _grouped(calls: Sequence[tuple[str, str, str]], *, refs: bool) -> list[str]:
+    """``tool×count [ev:…]`` per tool, in order of first use."""
+    groups: dict[str, list[str]] = {}
+    for tool, _, ev in calls:
+        groups.setdefault(tool, []).append(ev)
+    out = []
+    for tool, evs in groups.items():
+        ids = [e for e in evs if e]
+        ref = f" [ev:{','.join(ids)}]" if refs and ids else ""
+        out.append(f"{tool}×{len(evs)}{ref}" if len(evs) > 1 else f"{tool}{ref}")
+    return out
+
+
+def _block(c: _Card, s: _Style) -> str:
+    if s.each_call:
+        did = [f"{tool}{' ' + _shorten(args, 100) if args else ''}{f' [ev:{ev}]' if ev else ''}"
+               for tool, args, ev in c.calls]
+    else:
+        did = _grouped(c.calls, refs=True)
+    answered = []
+    for sem, title, digest, pid in c.shown:
+        extra = f" = {_shorten(digest, s.text)}" if s.digests and digest not in ("", title) \
+            else ""
+        ref = f" [pres:{pid}]" if pid else ""
+        answered.append(f"{sem} \"{_shorten(title, s.text)}\"{extra}{ref}")
+    if c.narration:
+        answered.append(f"\"{_shorten(c.narration, s.text)}\"")
+    lines = [f"#{c.n} asked: {_shorten(c.asked, s.text) or '(nothing recorded)'}",
+             f"  did: {'; '.join(did) or 'nothing'}",
+             f"  answered: {'; '.join(answered) or 'nothing recorded'}"]
+    if c.outcome:
+        lines.append(f"  outcome: {_shorten(c.outcome, _NAME)}")
+    return "\n".join(lines)
+
+
+def _line(c: _Card, asked: int, *, terse: bool) -> str:
+    """The turn's Card line (projection rule set v1, or v1-terse-cards without references)
+    over the normalised card, so it stays on one line and bounded."""
+    card = {"asked": _shorten(c.asked, asked) or "(nothing recorded)",
+            "did": [{"tool": _shorten(t, _NAME), "evidence_id": ev} for t, _, ev in c.calls],
+            "answered": {"narration": c.narration, "presentations": [
+                {"semantic_type": _shorten(sem, _NAME), "title": _shorten(title, _NAME),
+                 "id": pid} for sem, title, _, pid in c.shown]}}
+    render = _TERSE.card_line if terse else card_line
+    return render(c.n, card, asked="", tools=(), narration="")
+
+
+def _run(cards: Sequence[_Card], *, asked: bool = True) -> str:
+    """Consecutive turns merged into one line: first and last ask, tools, outcomes."""
+    if len(cards) == 1 and asked:
+        return _line(cards[0], _TERSE_ASKED, terse=True)
+    first, last = cards[0], cards[-1]
+    tools = _grouped([(_shorten(t, _NAME), "", "") for c in cards for t, _, _ in c.calls],
+                     refs=False)
+    outcomes: dict[str, int] = {}
+    for c in cards:
+        key = _shorten(c.outcome, _NAME) or "unrecorded"
+        outcomes[key] = outcomes.get(key, 0) + 1
+    did = ", ".join(tools[:6]) + (f", +{len(tools) - 6} more" if len(tools) > 6 else "")
+    asks = (f" asked: \"{_shorten(first.asked, _RUN_ASKED)}\" … "
+            f"\"{_shorten(last.asked, _RUN_ASKED)}\"" if asked else "")
+    label = f"#{first.n}" + (f"-#{last.n}" if len(cards) > 1 else "")
+    return (f"{label} ({_count(len(cards))}){asks} → did: "
+            f"{did or 'nothing'} → outcomes: "
+            + ", ".join(f"{k}×{v}" if v > 1 else k for k, v in outcomes.items()))
+
+
+def _smallest(lo: int, hi: int, render: Callable[[int], str],
+              fits: Callable[[str], bool]) -> str | None:
+    """The rendering of the smallest ``k`` in ``lo..hi`` that fits (binary search: more
+    collapsed turns never make the text longer in practice, and every answer is checked)."""
+    best = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        text = render(mid)
+        if fits(text):
+            best, hi = text, mid - 1
+        else:
+            lo = mid + 1
+    return best
+
+
+def _fit(head: str, cards: Sequence[_Card],
+         fits: Callable[[str], bool]) -> tuple[Detail, str] | None:
+    """The most detailed rendering of ``cards`` under ``head`` that fits, if any."""
+
+    def join(parts: Sequence[str]) -> str:
+        return "\n".join([head, *parts])
+
+    if not fits(head):  # a long seed: no form of the later turns can help
+        return None
+    if not cards:
+        return Detail.FULL, head
+    for detail, style in _STYLES:
+        text = join([_block(c, style) for c in cards])
+        if fits(text):
+            return detail, text
+    blocks = [_block(c, _BRIEF) for c in cards]
+    lines = [_line(c, _LINE_ASKED, terse=False) for c in cards]
+    found = _smallest(1, len(cards), lambda k: join(lines[:k] + blocks[k:]), fits)
+    if found is not None:
+        return Detail.COLLAPSED, found
+    text = join([_line(c, _TERSE_ASKED, terse=True) for c in cards])
+    if fits(text):
+        return Detail.LINES, text
+    size = 2
+    while True:
+        text = join([_run(cards[i:i + size]) for i in range(0, len(cards), size)])
+        if fits(text):
+            return Detail.RUNS, text
+        if size >= len(cards):
+            break
+        size *= 2
+    text = join([_run(cards, asked=False)])
+    return (Detail.RUNS, text) if fits(text) else None
+
+
+@dataclass(frozen=True)
+class CardsSummariser:
+    """The offline, deterministic summariser: a structured summary built from the cards.
+
+    Per turn what was asked, done (tools with evidence ids), answered and the outcome,
+    degraded until it fits the target: fields shortened, then the oldest turns collapsed
+    to one Card line each, then terse lines, then runs of turns merged, then the header
+    alone (flagged ``over_target`` when even that is too long). A usable seed is kept
+    verbatim and only the turns after it are added; when no form of that fits, the whole
+    range is summarised from its cards instead. Same request, same bytes.
+
+    Parameters
+    ----------
+    tokenizer:
+        Measures the target (default ``cl100k_base``, see :mod:`pipeline.tokens`).
+    """
+
+    tokenizer: Tokenizer | None = None
+
+    @property
+    def name(self) -> str:
+        """``cards``."""
+        return "cards"
+
+    @property
+    def version(self) -> str:
+        """The format's version: bumped whenever any rendering changes."""
+        return "1"
+
+    def summarise(self, request: SummaryRequest) -> Summary:
+        """Summarise ``request`` within ``request.target_tokens`` (see the class)."""
+        tok = self.tokenizer or get_tokenizer()
+        target = request.target_tokens
+
+        def fits(text: str) -> bool:
+            return tok.count(text) <= target
+
+        cards = [_card(request.first_turn + i, c) for i, c in enumerate(request.cards)]
+        a, b = request.first_turn, request.last_turn
+        covered = seed_prefix(request)
+        body = _HEADER.sub("", request.seed.summary.strip()).strip() \
+            if request.seed is not None and covered is not None else ""
+        if covered is not None and body:
+            split = a + covered - 1
+            parts = f"{_span(a, split)} from an earlier summary"
+            if split < b:
+                parts += f", {_span(split + 1, b)} from their turn cards"
+            # The seed's own lines as written, minus trailing blanks and closing tags.
+            lines = "\n".join(ln.rstrip() for ln in body.split("\n"))
+            head = f"{_turns(a, b)}: {parts}.\n{_clean_tag(lines)}"
+            got = _fit(head, cards[covered:], fits)
+            if got is not None:
+                return self._summary(got, tok, seeded=True)
+        got = _fit(f"{_turns(a, b)}, summarised from their turn cards.", cards, fits)
+        if got is not None:
+            return self._summary(got, tok)
+        text = f"{_turns(a, b)} compacted."
+        tokens = tok.count(text)
+        return Summary(text, tokens, self.name, self.version, Detail.MINIMAL,
+                       over_target=tokens > target)
+
+    def _summary(self, got: tuple[Detail, str], tok: Tokenizer, *,
+                 seeded: bool = False) -> Summary:
+        detail, text = got
+        return Summary(text, tok.count(text), self.name, self.version, detail, seeded=seeded)
+
+
+def get_summariser(name: str, **options: Any) -> Summariser:
+    """The summariser called ``name`` (:data:`SUMMARISERS`), built with ``options``.
+
+    Parameters
+    ----------
+    name:
+        ``cards`` (:class:`CardsSummariser`) or ``http``
+        (:class:`~pipeline.io.http_summariser.HttpSummariser`).
+    **options:
+        Constructor arguments; ``tokenizer`` may be given by name (``cl100k_base``).
+
+    Raises
+    ------
+    UsageError
+        For an unknown name or options the summariser does not take.
+    """
+    if isinstance(options.get("tokenizer"), str):
+        try:
+            options["tokenizer"] = get_tokenizer(options["tokenizer"])
+        except ValueError as err:
+            raise UsageError(str(err)) from err
+    factory: Callable[..., Summariser]
+    if name == "cards":
+        factory = CardsSummariser
+    elif name == "http":
+        # Imported on demand: the HTTP client is IO, and this module stays pure.
+        from pipeline.io.http_summariser import HttpSummariser
+        factory = HttpSummariser
+    else:
+        raise UsageError(f"unknown summariser {name!r}; known: {', '.join(SUMMARISERS)}")
+    try:
+        return factory(**options)
+    except TypeError as err:
+        raise UsageError(f"bad options for summariser {name!r}: {err}") from err
