@@ -31,7 +31,6 @@ from pipeline.layout import SessionKey
 from pipeline.projection import RuleSet
 from pipeline.reader import Entry
 from pipeline.replay import Plan, ReplayEngine
-from pipeline.scopes import supersede_summaries
 from pipeline.summarise import Summariser, Summary, SummarySeed, request_from_turns
 from pipeline.tokens import Tokenizer
 from pipeline.turns import Turn
@@ -152,6 +151,7 @@ class CompactionEngine(ReplayEngine):
         # The newest packet over each first turn: what a new packet over it is seeded from.
         self._seeds: dict[str, tuple[SummarySeed, str]] = {}
         self._requesting: Entry | None = None
+        self._card_wrapper: int | None = None  # tokens of the <turns> message around cards
 
     def _replay(self, entry: Entry) -> Any:
         self._requesting = entry
@@ -173,7 +173,7 @@ class CompactionEngine(ReplayEngine):
         if wsp.packet_range is None or wsp.packet_range in self.packets:
             return Plan(wsp.modes, wsp.packet_range, "planner-v1")
         modes = dict(wsp.modes)
-        left = wsp.budget - wsp.spent
+        left = wsp.budget - wsp.spent - self._unbudgeted(modes)
         first = next(i for i, t in enumerate(closed) if t.number == wsp.packet_turns[0])
         last = first + len(wsp.packet_turns) - 1
         # A stored packet over the same first turn that reaches at least as far covers
@@ -203,6 +203,21 @@ class CompactionEngine(ReplayEngine):
         ))
         self._seeds[closed[first].id] = (SummarySeed(summary.text, closed[last].id), "planned")
         return Plan(modes, (closed[first].id, closed[last].id), "planner-v1+compaction")
+
+    def _unbudgeted(self, modes: dict[str, str]) -> int:
+        """Tokens the request sends besides its turns that planner v1's budget leaves out:
+        the newest reset's summary, and the ``<turns>`` message around Card lines.
+
+        Without them a packet could "fit" the plan's budget while the request it was
+        planned for is over the capacity (by ~100 tokens after a reset).
+        """
+        extra = self.reset[0] if self.reset is not None else 0
+        if "Card" in modes.values():  # an upper bound: growing the range may absorb them
+            if self._card_wrapper is None:
+                wrapper = f"{self.rules.turns_open()}\n\n{self.rules.turns_close()}"
+                self._card_wrapper = self.rules.message_overhead + self.count(wrapper)
+            extra += self._card_wrapper
+        return extra
 
     def _plan_packet(self, closed: list[Turn], first: int, last: int, left: int,
                      modes: dict[str, str]) -> tuple[int, Summary, str, int, int]:
@@ -262,12 +277,35 @@ class SessionCompaction:
 
 
 def supersede(packets: list[PlannedPacket]) -> SessionCompaction:
-    """Apply seed 001's ``supersede-summaries`` to planned packets (by covered turns)."""
-    live = supersede_summaries({"index": i, "turns": list(p.turns)}
-                               for i, p in enumerate(packets))
-    kept = {s["index"] for s in live}
-    return SessionCompaction(list(packets),
-                             frozenset(i for i in range(len(packets)) if i not in kept))
+    """Apply seed 001's ``supersede-summaries`` to planned packets (by covered turns).
+
+    A packet is superseded when another covers its turns: a broader range, or the same
+    range planned later. Packets cover contiguous ranges, so this is one sweep over them
+    sorted by first turn (broadest, then newest first): a packet is covered exactly when
+    one sorted before it reaches at least as far. The same result as
+    :func:`pipeline.scopes.supersede_summaries` (a property test checks it), in
+    O(n log n): that function compares every pair of live summaries again after each
+    drop (cubic), and a long session under a tight window plans thousands of packets.
+
+    Parameters
+    ----------
+    packets:
+        The planned packets, in planning order.
+
+    Returns
+    -------
+    SessionCompaction
+        The packets and the indices of the superseded ones.
+    """
+    order = sorted(range(len(packets)),
+                   key=lambda i: (packets[i].first_turn, -packets[i].last_turn, -i))
+    superseded = set()
+    reach = 0  # the furthest last turn of the packets sorted before
+    for i in order:
+        if packets[i].last_turn <= reach:
+            superseded.add(i)
+        reach = max(reach, packets[i].last_turn)
+    return SessionCompaction(list(packets), frozenset(superseded))
 
 
 def compaction_rows(key: SessionKey, session_id: str, result: SessionCompaction,
@@ -297,6 +335,9 @@ def compaction_rows(key: SessionKey, session_id: str, result: SessionCompaction,
             "needed_by_entry_id": p.needed_by_entry,
             "fits": p.fits,
             "superseded": i in result.superseded,
+            # Set when a compacted copy with this packet is written (``--write-archive``);
+            # a copy that is skipped (torn tail) or not asked for leaves it false.
+            "archived": False,
             "profile": profile.label,
             "model": profile.capacity.model,
             "model_input_limit": profile.capacity.input_limit,

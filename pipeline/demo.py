@@ -1,8 +1,11 @@
 """``vakpipe demo``: the whole audit on an embedded default, in one command.
 
 A local S3 endpoint (moto's server on 127.0.0.1), a generated fleet uploaded to it, the
-audit on a LocalCluster of processes, and a summary. The tables are written to a local
-folder so they outlive the endpoint.
+audit on a LocalCluster of processes, and a summary; then two compaction what-ifs on the
+same cluster: the packets each session's bound model needs, and those it would need with
+half its window. The tables are written to local folders so they outlive the endpoint:
+the audit's under ``OUT``, each what-if's in a sibling folder (``OUT-compaction-bound``,
+``OUT-compaction-half``), never inside ``OUT``, whose commit owns every file there.
 """
 
 from __future__ import annotations
@@ -10,16 +13,38 @@ from __future__ import annotations
 import click
 
 from jobs.audit import audit_job, print_summary
+from pipeline.compaction import CompactionOptions
 from pipeline.io.fleet import write_fleet
 from pipeline.io.local_s3 import local_s3
-from pipeline.io.storage import resolve
+from pipeline.io.storage import Location, resolve
+from pipeline.orchestrate import dask_client, run_audit
+from pipeline.replay_partitions import ReplayOptions
+from pipeline.summarise import CardsSummariser
 
 BUCKET = "vakpipe-demo"
+#: The compaction what-ifs: folder suffix, window scale, how the line names it.
+WHAT_IFS = (("bound", 1.0, "at the bound window"), ("half", 0.5, "at half the bound window"))
+
+
+def compaction_out(out: str, name: str) -> str:
+    """The sibling folder of ``out`` that the ``name`` what-if writes to."""
+    return f"{out.rstrip('/')}-compaction-{name}"
 
 
 def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
              workers: int | None = None) -> None:
-    """Run the demo and print where the results are."""
+    """Run the demo and print where the results are.
+
+    Parameters
+    ----------
+    sessions, seed:
+        The generated fleet (with injected faults).
+    out:
+        Local folder of the audit's tables; the compaction what-ifs go to
+        :func:`compaction_out` siblings of it.
+    workers:
+        LocalCluster size (default: one per core).
+    """
     with local_s3() as s3:
         click.echo(f"local S3 endpoint: {s3.endpoint}")
         archive = resolve(f"s3://{BUCKET}/archive")
@@ -27,6 +52,23 @@ def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
         fleet = write_fleet(archive, sessions=sessions, seed=seed, faults=True)
         click.echo(f"uploaded {fleet.sessions} generated sessions ({fleet.bytes:,} bytes) "
                    f"to {archive.url}")
-        summary = audit_job(archive, resolve(out), workers=workers)
-        print_summary(summary)
+        # One cluster for the three runs (started inside the endpoint's lifetime, so its
+        # workers inherit the endpoint's settings): a cluster start costs seconds.
+        with dask_client(None, workers) as client:
+            address = str(client.scheduler_info()["address"])
+            summary = audit_job(archive, resolve(out), scheduler=address)
+            print_summary(summary)
+            click.echo("compaction what-ifs (planner v1, summaries from the turn cards):")
+            for name, scale, label in WHAT_IFS:
+                _what_if(archive, compaction_out(out, name), scale, label, address)
     click.echo(f"results: {resolve(out).path} (Parquet; _manifest.json lists the run)")
+
+
+def _what_if(archive: Location, out: str, scale: float, label: str, scheduler: str) -> None:
+    options = ReplayOptions(planner=True,
+                            compaction=CompactionOptions(CardsSummariser(), scale=scale))
+    done = run_audit(archive, resolve(out), scheduler=scheduler, replay=options)
+    c = done.compaction
+    click.echo(f"  {label}: {c['sessions_needing_packets']:,} of {done.sessions:,} sessions "
+               f"need packets ({c['packets']:,} planned, {c['packets_superseded']:,} "
+               f"superseded); tables: {resolve(out).path}")

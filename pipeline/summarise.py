@@ -14,19 +14,25 @@ cards summary is documented in ``docs/compaction.md`` (*Summaries*).
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from pipeline.errors import PipelineError, UsageError
 from pipeline.projection import canonical_json, card_line, get_rule_set
-from pipeline.tokens import Tokenizer, get_tokenizer
+from pipeline.redact import redact
+from pipeline.tokens import TiktokenTokenizer, Tokenizer, get_tokenizer
 from pipeline.turns import Turn
 
 #: Names :func:`get_summariser` knows.
 SUMMARISERS = ("cards", "http")
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class SummariserError(PipelineError, RuntimeError):
@@ -212,9 +218,10 @@ def _clean_tag(text: str) -> str:
 
 
 def _clean(value: Any) -> str:
-    """One line of text."""
+    """One line of text, redacted (before any shortening: a cut must not leave part of a
+    secret behind, nor hide one from the rules)."""
     text = value if isinstance(value, str) else "" if value is None else compact_json(value)
-    return _clean_tag(_WS.sub(" ", text).strip())
+    return _clean_tag(redact(_WS.sub(" ", text).strip()))
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -256,6 +263,77 @@ def _card(n: int, card: Mapping[str, Any]) -> _Card:
                  _clean(card.get("outcome")))
 
 
+class _Memo(Generic[K, V]):
+    """A bounded, thread-safe memo (oldest entries dropped first).
+
+    A compaction engine asks for ever broader ranges over the same first turn, each in
+    several forms: the same cards are normalised, and the same lines counted, again and
+    again (most of a planning replay's extra time on long sessions). Memoised by value,
+    so a result never depends on what was asked before.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: dict[K, V] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: K, make: Callable[[K], V]) -> V:
+        """The value of ``key``, ``make(key)`` (and kept) on a miss."""
+        try:
+            return self._items[key]  # one dict read: atomic, no lock needed
+        except KeyError:
+            pass
+        value = make(key)
+        with self._lock:
+            if len(self._items) >= self.size:
+                del self._items[next(iter(self._items))]
+            self._items[key] = value
+        return value
+
+
+_CARDS: _Memo[tuple[int, str], _Card] = _Memo(4096)
+#: Token counts of lines (newline included) under ``cl100k_base``.
+_LINES: _Memo[str, int] = _Memo(16384)
+#: Longer keys are not memoised: the memos stay within a few tens of megabytes.
+_MEMO_CHARS = 8192
+# After a newline, cl100k's pre-tokenizer starts a new piece unless the next line holds
+# only blanks, or a carriage return among its leading blanks (the line breaks then merge
+# into one piece). A text without such a line splits into lines whose token counts add
+# up exactly (a property test checks it).
+_UNSPLITTABLE = re.compile(r"\n[^\S\n]*(?:\r|\n|\Z)")
+
+
+def _normalised(n: int, card: Mapping[str, Any]) -> _Card:
+    """:func:`_card`, memoised by the card's canonical JSON."""
+    try:
+        key = (n, canonical_json(card))
+    except TypeError:  # values orjson refuses: rare enough to normalise every time
+        return _card(n, card)
+    if len(key[1]) > _MEMO_CHARS:
+        return _card(n, card)
+    return _CARDS.get(key, lambda _: _card(n, card))
+
+
+def _counter(tok: Tokenizer) -> Callable[[str], int]:
+    """``tok.count``, summed over memoised lines where that is exact (``cl100k_base``)."""
+    if not isinstance(tok, TiktokenTokenizer) or tok.name != "cl100k_base":
+        return tok.count
+    whole, memo = tok.count, _LINES.get
+
+    def count(text: str) -> int:
+        if "\n" not in text or _UNSPLITTABLE.search(text):
+            return whole(text)
+        lines = text.split("\n")
+        last = lines.pop()
+        total = memo(last, whole) if len(last) <= _MEMO_CHARS else whole(last)
+        for line in lines:
+            line += "\n"
+            total += memo(line, whole) if len(line) <= _MEMO_CHARS else whole(line)
+        return total
+
+    return count
+
+
 @dataclass(frozen=True)
 class _Style:
     text: int  # characters kept of ``asked`` and the narration
@@ -282,6 +360,8 @@ def _grouped(calls: Sequence[tuple[str, str, str]], *, refs: bool) -> list[str]:
     return out
 
 
+# Memoised: a chain of ever broader packets renders the same turns in the same forms.
+@functools.lru_cache(maxsize=8192)
 def _block(c: _Card, s: _Style) -> str:
     if s.each_call:
         did = [f"{tool}{' ' + _shorten(args, 100) if args else ''}{f' [ev:{ev}]' if ev else ''}"
@@ -304,6 +384,7 @@ def _block(c: _Card, s: _Style) -> str:
     return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=8192)
 def _line(c: _Card, asked: int, *, terse: bool) -> str:
     """The turn's Card line (projection rule set v1, or v1-terse-cards without references)
     over the normalised card, so it stays on one line and bounded."""
@@ -419,14 +500,16 @@ class CardsSummariser:
         """Summarise ``request`` within ``request.target_tokens`` (see the class)."""
         tok = self.tokenizer or get_tokenizer()
         target = request.target_tokens
+        count = _counter(tok)
 
         def fits(text: str) -> bool:
-            return tok.count(text) <= target
+            return count(text) <= target
 
-        cards = [_card(request.first_turn + i, c) for i, c in enumerate(request.cards)]
+        cards = [_normalised(request.first_turn + i, c) for i, c in enumerate(request.cards)]
         a, b = request.first_turn, request.last_turn
         covered = seed_prefix(request)
-        body = _HEADER.sub("", request.seed.summary.strip()).strip() \
+        # A stored packet is transcript text like any other: redacted before it is kept.
+        body = _HEADER.sub("", redact(request.seed.summary).strip()).strip() \
             if request.seed is not None and covered is not None else ""
         if covered is not None and body:
             split = a + covered - 1
@@ -449,7 +532,9 @@ class CardsSummariser:
 
     def _summary(self, got: tuple[Detail, str], tok: Tokenizer, *,
                  seeded: bool = False) -> Summary:
-        detail, text = got
+        # Every field was redacted on the way in; once more over the whole, so that no
+        # join of two fields can make a secret either.
+        detail, text = got[0], redact(got[1])
         return Summary(text, tok.count(text), self.name, self.version, detail, seeded=seeded)
 
 

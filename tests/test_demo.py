@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -31,6 +32,24 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert any(line.startswith("run ") and " 20 sessions" in line for line in lines)
     assert any(line.strip().startswith("status:") for line in lines)
     assert any("findings by code:" in line for line in lines)
+    # The compaction what-ifs, each in a sibling folder of the audit's output.
+    at = lines.index("compaction what-ifs (planner v1, summaries from the turn cards):")
+    bound, half = lines[at + 1], lines[at + 2]
+    for line, name, label in ((bound, "bound", "at the bound window"),
+                              (half, "half", "at half the bound window")):
+        folder = tmp_path / f"demo-out-compaction-{name}"
+        match = re.fullmatch(rf"  {label}: (\d+) of 20 sessions need packets \((\d+) planned, "
+                             rf"(\d+) superseded\); tables: {re.escape(str(folder))}", line)
+        assert match, line
+        manifest = read_manifest(resolve(str(folder)))
+        assert manifest is not None and manifest["sessions"] == 20
+        table = read_dataset(resolve(str(folder)), "compaction")
+        assert table.num_rows == int(match[2])
+        assert len(set(table["session_path"].to_pylist())) == int(match[1])
+        assert set(table["profile"].to_pylist()) <= {"bound" if name == "bound" else "boundx0.5"}
+        assert "requests" in manifest["datasets"] and "archive" not in manifest["datasets"]
+    # Half the window never needs fewer packets than the whole of it.
+    assert int(half.split()[5]) >= int(bound.split()[4])
     assert lines[-1].startswith(f"results: {out} ")
     manifest = read_manifest(resolve(str(out)))
     assert manifest is not None and manifest["sessions"] == 20

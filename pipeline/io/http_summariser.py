@@ -32,6 +32,7 @@ from urllib3.exceptions import (
 from urllib3.util import Retry, Timeout, parse_url
 
 from pipeline.errors import UsageError
+from pipeline.redact import redact, redact_value
 from pipeline.summarise import (
     Detail,
     SummariserError,
@@ -92,7 +93,9 @@ def _shown(url: str) -> str:
 
 
 def _excerpt(data: bytes, limit: int = 300) -> str:
-    text = " ".join(data.decode("utf-8", "replace").split())
+    # An error message may be printed or logged anywhere: what the endpoint echoed back
+    # is redacted like transcript text.
+    text = redact(" ".join(data.decode("utf-8", "replace").split()))
     return text if len(text) <= limit else text[:limit] + "…"
 
 
@@ -176,7 +179,8 @@ class HttpSummariser:
             return self._pool
 
     def body(self, request: SummaryRequest) -> dict[str, Any]:
-        """The JSON body sent for ``request``."""
+        """The JSON body sent for ``request``: the cards and the seed redacted, since a
+        secret in a transcript must not leave for an endpoint either."""
         covered = seed_prefix(request)
         a, b = request.first_turn, request.last_turn
         lines = [f"Turns {request.span} ({b - a + 1} turn{'s' if b > a else ''}). "
@@ -185,8 +189,8 @@ class HttpSummariser:
         if covered is not None and request.seed is not None:
             first_new = covered
             lines += [f"Earlier summary of turns t{a} to t{a + covered - 1} (keep it, then "
-                      "add the turns after it):", request.seed.summary.strip()]
-        cards = [{"turn": a + i, "card": card}
+                      "add the turns after it):", redact(request.seed.summary.strip())]
+        cards = [{"turn": a + i, "card": redact_value(card)}
                  for i, card in enumerate(request.cards) if i >= first_new]
         if cards:
             lines += ["Turn cards, oldest first, as JSON:", compact_json(cards)]
@@ -251,7 +255,8 @@ class HttpSummariser:
                                   f"{_excerpt(data)}") from err
         if not isinstance(text, str) or not text.strip():
             raise SummariserError(f"{where}: the answer holds no summary: {_excerpt(data)}")
-        text = text.strip()
+        # A model may still make up or echo a credential-shaped string: redacted too.
+        text = redact(text.strip())
         tokens = (self.tokenizer or get_tokenizer()).count(text)
         detail = Detail.MODEL_CUT if choice.get("finish_reason") == "length" else Detail.MODEL
         return Summary(text, tokens, self.name, self.version, detail,
