@@ -1,0 +1,186 @@
+"""The cost report job (``vakpipe cost``): price a run's committed ``usage`` table, write
+the cost tables (Parquet, CSV) and a self-contained HTML report.
+
+Thin: pricing and grouping are :mod:`pipeline.costs`, the page :mod:`pipeline.cost_html`;
+this module reads the run, writes the files and prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+
+import click
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from pipeline.cost_html import CostPage, hint_counts, packet_summary, render, saturation_bins
+from pipeline.costs import CostReport, in_window, price_usage, unknown_lines
+from pipeline.errors import UsageError
+from pipeline.io.commit import read_dataset, read_manifest
+from pipeline.io.storage import Location, storage_error, storage_errors
+from pipeline.pricing import TomlPriceTable, load_prices
+
+#: Where the report goes under the run's output by default.
+REPORT_DIR = "cost"
+COSTS_PARQUET, COSTS_CSV, REPORT_HTML = "costs.parquet", "costs.csv", "report.html"
+
+
+@dataclass(frozen=True)
+class CostOutcome:
+    """What a cost report priced and where it wrote."""
+
+    where: str
+    files: tuple[str, ...]
+    run_id: str | None
+    rows: int
+    totals: CostReport
+    grouped: CostReport
+
+
+def _optional(out: Location, dataset: str) -> pa.Table | None:
+    """A dataset of the run, or ``None`` when the run did not write it."""
+    try:
+        return read_dataset(out, dataset)
+    except FileNotFoundError:
+        return None
+
+
+def _read(out: Location) -> tuple[pa.Table, pa.Table | None, pa.Table | None, str | None]:
+    try:
+        manifest = read_manifest(out)
+        if manifest is None or "usage" not in manifest.get("datasets", {}):
+            raise UsageError(
+                f"{out.url}: no committed usage table; run `vakpipe audit ROOT --out "
+                f"{out.url}` first (runs before the cost report did not write one)")
+        usage = read_dataset(out, "usage")
+        return usage, _optional(out, "requests"), _optional(out, "compaction"), \
+            manifest.get("run_id")
+    except storage_errors() as err:
+        raise storage_error(err, out.url) from err
+
+
+def publish(dest: Location, files: dict[str, bytes]) -> list[str]:
+    """Write ``files`` under ``dest``, each under a temporary name first, then moved onto
+    its own (a reader never sees half a file; a failure leaves the old one)."""
+    fs = dest.filesystem()
+    token = uuid.uuid4().hex[:8]
+    written = []
+    try:
+        dest.makedirs(dest.path)
+        for name, data in files.items():
+            tmp = dest.join(f".{name}.{token}.tmp")
+            fs.pipe_file(tmp, data)
+            fs.mv(tmp, dest.join(name))
+            written.append(dest.join(name))
+    except storage_errors() as err:
+        for name in files:  # best effort: a stray temporary file is all that is left
+            with contextlib.suppress(*storage_errors()):
+                fs.rm(dest.join(f".{name}.{token}.tmp"))
+        raise storage_error(err, dest.url) from err
+    return written
+
+
+def _table_bytes(table: pa.Table) -> tuple[bytes, bytes]:
+    parquet, csv = io.BytesIO(), io.BytesIO()
+    pq.write_table(table, parquet, compression="zstd")
+    pacsv.write_csv(table, csv)
+    return parquet.getvalue(), csv.getvalue()
+
+
+def _window(since: date | None, until: date | None) -> str:
+    if since is None and until is None:
+        return "all"
+    return f"{since or '…'} to {until or '…'}"
+
+
+def _prices_text(prices: TomlPriceTable) -> str:
+    return (f"price table {prices.version}: list prices as of {prices.as_of}, never "
+            "checked against an invoice (your own rates: --prices FILE)")
+
+
+def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
+             until: date | None = None, prices_path: str | None = None,
+             report_dir: Location | None = None) -> CostOutcome:
+    """Price the ``usage`` table of the run committed under ``out`` and write the report.
+
+    Parameters
+    ----------
+    out : Location
+        A run's output (``vakpipe audit --out``), any fsspec URL.
+    by : sequence of str
+        Grouping keys of the cost table (:data:`pipeline.costs.GROUP_KEYS`).
+    since, until : date or None
+        Only days in [since, until] (UTC days of the records' ``ts``).
+    prices_path : str or None
+        A price file whose rules come before the shipped ones.
+    report_dir : Location or None
+        Where to write; default ``OUT/cost``.
+
+    Returns
+    -------
+    CostOutcome
+        The totals, the grouped table and the files written.
+
+    Raises
+    ------
+    UsageError
+        No committed usage table, a bad price file, ``since`` after ``until``, or
+        plotly missing.
+    """
+    if since is not None and until is not None and since > until:
+        raise UsageError(f"--since {since} is after --until {until}")
+    try:
+        import plotly  # noqa: F401
+    except ImportError as err:
+        raise UsageError("the HTML report needs plotly: pip install 'vakpipe[report]'") from err
+    prices = load_prices(prices_path)
+    usage, requests, compaction, run_id = _read(out)
+    usage = in_window(usage, since, until)
+    if requests is not None and (since is not None or until is not None):
+        # A request's day is its message's: keep the requests the window's usage names.
+        requests = requests.filter(pc.is_in(requests["entry_id"],
+                                            value_set=usage["request_id"].drop_null()))
+    priced: dict[tuple[str, ...], CostReport] = {}
+
+    def by_(*keys: str) -> CostReport:  # the page's groupings may repeat --by's
+        if keys not in priced:
+            priced[keys] = price_usage(usage, prices, keys)
+        return priced[keys]
+
+    totals, grouped = by_(), by_(*by)
+    page = CostPage(
+        source=out.url, run_id=run_id, window=_window(since, until),
+        prices=_prices_text(prices), by=by, totals=totals, grouped=grouped,
+        daily_by_model=by_("day", "model"), daily=by_("day"),
+        saturation=saturation_bins(requests) if requests is not None else None,
+        hints=hint_counts(requests) if requests is not None else None,
+        packets=packet_summary(compaction) if compaction is not None else None)
+    parquet, csv = _table_bytes(grouped.table)
+    dest = report_dir or dataclasses.replace(
+        out, url=f"{out.url.rstrip('/')}/{REPORT_DIR}", path=out.join(REPORT_DIR))
+    files = publish(dest, {COSTS_PARQUET: parquet, COSTS_CSV: csv,
+                           REPORT_HTML: render(page).encode()})
+    return CostOutcome(dest.url, tuple(files), run_id, usage.num_rows, totals, grouped)
+
+
+def print_cost_summary(outcome: CostOutcome) -> None:
+    """Totals on stdout; one warning line per unpriced model on stderr."""
+    for line in unknown_lines(outcome.grouped.unknown):
+        click.echo(f"vakpipe: warning: {line}", err=True)
+    t = outcome.totals.totals
+    click.echo(f"run {outcome.run_id}: {outcome.rows:,} usage records")
+    for name, label in (("billed", "billed"), ("effective", "effective"),
+                        ("wasted", "wasted"), ("wasted_abandoned", "  abandoned branches"),
+                        ("wasted_retry", "  failed/retried")):
+        click.echo(f"  {label:<20} ${float(t[name].total):>14,.4f}")
+    if outcome.grouped.unknown:
+        click.echo(f"  NOT PRICED: {len(outcome.grouped.unknown)} unknown model(s), see stderr")
+    click.echo(f"  report: {', '.join(outcome.files)}")

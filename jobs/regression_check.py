@@ -1,0 +1,228 @@
+"""The projection regression check (``vakpipe regress``): replay an archive under a
+baseline and a candidate rule set, compare every request, commit the pairs.
+
+Thin: the runs are :func:`pipeline.orchestrate.run_audit`, the comparison is
+:mod:`pipeline.regress`; this module wires them to storage and prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import posixpath
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import click
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.errors import UsageError
+from pipeline.io.commit import StagedRun, new_run_id, read_dataset
+from pipeline.io.storage import Location, check_output, storage_error, storage_errors
+from pipeline.orchestrate import RunSummary, dask_client, run_audit, scheduler_address
+from pipeline.regress import (
+    REGRESSION_SCHEMA,
+    DeltaStats,
+    RegressionSummary,
+    Thresholds,
+    compare_requests,
+    summarise,
+)
+from pipeline.replay_partitions import ReplayOptions
+
+#: The dataset of request pairs and the summary file, under OUT.
+REGRESSION = "regression"
+SUMMARY_FILE = "regression-summary.json"
+#: Where the two replays are committed, under OUT.
+BASELINE, CANDIDATE = "baseline", "candidate"
+
+
+@dataclass(frozen=True)
+class RegressionReport:
+    """What a regression check did and found."""
+
+    out: str
+    baseline: str
+    candidate: str
+    baseline_run: str
+    candidate_run: str
+    summary: RegressionSummary
+    thresholds: Thresholds
+    breaches: tuple[str, ...]
+    runs: tuple[RunSummary, ...]
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready form (``regression-summary.json``, and the manifest's summary)."""
+        return {
+            "baseline": {"rules": self.baseline, "run": self.baseline_run},
+            "candidate": {"rules": self.candidate, "run": self.candidate_run},
+            **self.summary.as_dict(),
+            "thresholds": self.thresholds.as_dict(),
+            "breaches": list(self.breaches),
+            "passed": not self.breaches,
+        }
+
+
+def _below(loc: Location, name: str) -> Location:
+    return dataclasses.replace(loc, url=posixpath.join(loc.url.rstrip("/"), name),
+                               path=loc.join(name))
+
+
+def _read_requests(run: Location, what: str) -> pa.Table:
+    try:
+        return read_dataset(run, "requests")
+    except FileNotFoundError as err:
+        raise UsageError(f"{what} {run.url}: no committed requests table (the OUT of "
+                         "`replay` or `audit --replay` has one, and a regress OUT/candidate)"
+                         ) from err
+    except storage_errors() as err:
+        raise storage_error(err, run.url) from err
+
+
+def _rules_of(requests: pa.Table) -> str:
+    names = pc.unique(requests["rules"]).drop_null().to_pylist() if requests.num_rows else []
+    return ",".join(sorted(names)) or "?"
+
+
+@contextmanager
+def _one_cluster(root: Location, out: Location, scheduler: str | None,
+                 workers: int | None) -> Iterator[str | None]:
+    """The scheduler both replays join: the one given, else one LocalCluster for both
+    (each run would start its own, seconds each). memory:// runs on threads in this
+    process, which each run starts itself."""
+    if scheduler_address(scheduler) is not None or "memory" in (root.protocol, out.protocol):
+        yield scheduler
+        return
+    with dask_client(None, workers) as client:
+        yield str(client.scheduler_info()["address"])
+
+
+def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
+                   baseline: ReplayOptions | None = None, baseline_run: Location | None = None,
+                   thresholds: Thresholds | None = None,
+                   sessions: frozenset[str] | None = None, scheduler: str | None = None,
+                   workers: int | None = None, progress: bool | None = None
+                   ) -> RegressionReport:
+    """Replay ``root`` under the baseline and the candidate and compare every request.
+
+    Each replay is a run of its own, committed atomically under ``OUT/baseline`` and
+    ``OUT/candidate``; the pairs are then committed as the ``regression`` dataset under
+    ``out`` (its manifest carries the summary), and the summary is written to
+    ``OUT/regression-summary.json``.
+
+    Parameters
+    ----------
+    root, out:
+        Archive to read and output location (never inside the archive).
+    candidate:
+        Replay options of the candidate (rule set, planner, catalog).
+    baseline:
+        Replay options of the baseline (give it or ``baseline_run``).
+    baseline_run:
+        A previous run's output (its committed ``requests`` table) to compare against
+        instead of replaying a baseline.
+    thresholds:
+        What makes the check fail (the report's ``breaches``); default none.
+    sessions:
+        Only the sessions with these ids (file stems); a baseline run is cut to them.
+    scheduler, workers, progress:
+        As for :func:`pipeline.orchestrate.run_audit`; without a scheduler, both replays
+        share one LocalCluster.
+
+    Raises
+    ------
+    UsageError
+        Neither or both of ``baseline`` and ``baseline_run``; ``baseline_run`` is ``out``
+        or holds no requests table.
+    ComparisonError
+        A requests table cannot be compared.
+    """
+    if (baseline is None) == (baseline_run is None):
+        raise UsageError("give exactly one baseline: a rule set or a previous run")
+    check_output(root, out)
+    thresholds = thresholds or Thresholds()
+    base_loc, cand_loc = _below(out, BASELINE), _below(out, CANDIDATE)
+    old: pa.Table | None = None
+    if baseline_run is not None:
+        if baseline_run.protocol == out.protocol and baseline_run.path == out.path:
+            raise UsageError(f"--baseline-run and --out are both {out.url}: the check "
+                             "would replace the run it compares against")
+        # Read first: a wrong path fails before the replay, and OUT/candidate may be
+        # the baseline run (last night's) that this run replaces.
+        old = _read_requests(baseline_run, "--baseline-run")
+    runs: list[RunSummary] = []
+    with _one_cluster(root, out, scheduler, workers) as address:
+        replay_into = functools.partial(run_audit, root, scheduler=address, workers=workers,
+                                        progress=progress, sessions=sessions)
+        if baseline is not None:
+            runs.append(replay_into(base_loc, replay=baseline))
+        runs.append(replay_into(cand_loc, replay=candidate))
+    new = read_dataset(cand_loc, "requests")
+    if old is None:
+        old = read_dataset(base_loc, "requests")
+    elif sessions is not None:
+        audited = read_dataset(cand_loc, "integrity/sessions")["session_path"]
+        old = old.filter(pc.is_in(old["session_path"], audited.combine_chunks()))
+    pairs = compare_requests(old, new)
+    summary = summarise(pairs)
+    label = baseline.rules if baseline is not None else _rules_of(old)
+    baseline_url = baseline_run.url if baseline_run is not None else base_loc.url
+    report = RegressionReport(out.url, label, candidate.rules, baseline_url,
+                              cand_loc.url, summary, thresholds, thresholds.breaches(summary),
+                              tuple(runs))
+    staged = StagedRun(out, new_run_id(), {REGRESSION: REGRESSION_SCHEMA})
+    try:
+        staged.write_part(REGRESSION, 0, pairs)
+        staged.commit(report.as_dict())
+    except BaseException:
+        staged.abort()
+        raise
+    try:
+        out.filesystem().pipe_file(out.join(SUMMARY_FILE),
+                                   json.dumps(report.as_dict(), indent=1).encode())
+    except storage_errors() as err:
+        raise storage_error(err, out.url) from err
+    return report
+
+
+def _signed(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not x.is_integer():
+        return f"{x:+,.1f}"
+    return f"{int(x):+,}" if x else "0"
+
+
+def _delta_row(label: str, d: DeltaStats) -> str:
+    if not d.count:
+        return f"  {label:<26} none"
+    figures = (("min", d.min), ("p50", d.p50), ("p95", d.p95), ("max", d.max), ("sum", d.sum))
+    return f"  {label:<26} " + " · ".join(f"{k} {_signed(v)}" for k, v in figures)
+
+
+def print_regression(report: RegressionReport) -> None:
+    """Print a regression check's summary table, and the thresholds' verdict."""
+    s = report.summary
+    echo = click.echo
+    share = f" ({100 * s.requests_changed / s.requests_compared:.1f}%)" \
+        if s.requests_compared else ""
+    echo(f"regression {report.baseline} → {report.candidate}: {s.sessions_compared} "
+         f"sessions, {s.requests_compared:,} requests compared")
+    echo(f"  {'requests changed':<26} {s.requests_changed:,}{share}")
+    echo(f"  {'requests added / removed':<26} {s.requests_added:,} / {s.requests_removed:,}")
+    echo(f"  {'requests, tokens changed':<26} {s.requests_tokens_changed:,}")
+    echo(f"  {'sessions changed':<26} {s.sessions_changed:,} of {s.sessions_compared:,}")
+    echo(_delta_row("token Δ, changed requests", s.delta_changed))
+    echo(_delta_row("token Δ, all requests", s.delta_all))
+    echo(f"  {'newly over their window':<26} {s.newly_over_window:,}")
+    echo(f"  {'hints newly mandatory':<26} {s.newly_mandatory:,}")
+    for line in report.breaches:
+        echo(f"  FAILED: {line}")
+    if not report.breaches:
+        echo("  passed" + (" (no thresholds given)" if report.thresholds == Thresholds()
+                           else ""))
+    echo(f"  tables: {report.out}/{REGRESSION}, {report.out}/{SUMMARY_FILE}; replays "
+         f"{report.baseline_run}, {report.candidate_run}")
