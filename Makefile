@@ -6,8 +6,12 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # uv resolves and installs this set in ~8 s from an empty cache; pip takes over 2 min
 # (it backtracks through boto3/aiobotocore releases) and pip < 24 fails outright.
 UV     := $(BIN)/uv pip install -q --python $(BIN)/python
+# checkov pins boto3 1.35 (this project needs 1.43): it gets a virtualenv of its own,
+# found there by tests/deploy. Pinned so a new release cannot change the verdict.
+CHECKOV_VERSION := 3.3.30
+CHECKOV := $(VENV)/checkov/bin/checkov
 
-.PHONY: demo test lint typecheck conformance bench clean
+.PHONY: demo test lint typecheck conformance bench deploy-check lock clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,27 +19,36 @@ $(VENV)/bin/python:
 $(VENV)/bin/uv: | $(VENV)/bin/python
 	$(PIP) install "uv>=0.5"
 
-$(VENV)/.installed-demo: pyproject.toml | $(VENV)/bin/uv
-	$(UV) -e ".[demo]"
+# The runtime dependencies are installed at the versions of the image's lock, so the
+# tests run what the image ships (`make lock` re-pins after a change to pyproject.toml).
+LOCK   := deploy/image/requirements.lock
+
+$(VENV)/.installed-demo: pyproject.toml $(LOCK) | $(VENV)/bin/uv
+	$(UV) -e ".[demo]" -c $(LOCK)
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/uv
-	$(UV) -e ".[test]"
+$(VENV)/.installed-test: pyproject.toml $(LOCK) | $(VENV)/bin/uv
+	$(UV) -e ".[test,deploy-check]" -c $(LOCK)
 	touch $@ $(VENV)/.installed-demo
+
+$(CHECKOV): Makefile | $(VENV)/bin/uv
+	$(BIN)/uv venv -q --allow-existing --python $(BIN)/python $(VENV)/checkov
+	$(BIN)/uv pip install -q --python $(VENV)/checkov/bin/python "checkov==$(CHECKOV_VERSION)"
+	touch $@
 
 ## demo: set up .venv, run the audit on a generated fleet in a local S3 endpoint
 demo: $(VENV)/.installed-demo
 	$(BIN)/vakpipe demo
 
 ## test: set up .venv with the test extras and run lint, types and the whole suite
-test: $(VENV)/.installed-test
-	$(BIN)/ruff check pipeline jobs tests bench
+test: $(VENV)/.installed-test $(CHECKOV)
+	$(BIN)/ruff check pipeline jobs tests bench infra
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 	@if [ -x ../shared/conformance/check ]; then ../shared/conformance/check; fi
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check pipeline jobs tests bench
+	$(BIN)/ruff check pipeline jobs tests bench infra
 
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
@@ -45,6 +58,17 @@ conformance: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/audit_throughput.py
+
+## deploy-check: only the offline checks of deploy/ and infra/ (part of `make test`)
+deploy-check: $(VENV)/.installed-test $(CHECKOV)
+	$(BIN)/python -m pytest tests/deploy
+
+## lock: re-pin the runtime image's dependencies from pyproject.toml (needs PyPI)
+lock: | $(VENV)/bin/uv
+	$(BIN)/uv pip compile -q pyproject.toml --universal --python-version 3.11 \
+	  --generate-hashes -o $(LOCK)
+	printf 'setuptools>=68\nwheel\n' | $(BIN)/uv pip compile -q - --universal \
+	  --python-version 3.11 --generate-hashes -o deploy/image/build-requirements.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Infrastructure of vakpipe: Terraform for AWS (``terraform/``), a local copy (``local``)."""

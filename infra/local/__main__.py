@@ -1,0 +1,7 @@
+"""``python -m infra.local``: see :mod:`infra.local.bootstrap`."""
+
+import sys
+
+from infra.local.bootstrap import main
+
+sys.exit(main())
