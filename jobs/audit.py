@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import click
 
-from pipeline.io.storage import Location
+from pipeline.io.storage import Location, printable
 from pipeline.orchestrate import RunSummary, run_audit
 from pipeline.replay_partitions import ReplayOptions
 
 
 def audit_job(root: Location, out: Location, *, scheduler: str | None = None,
               workers: int | None = None, progress: bool | None = None,
-              replay: ReplayOptions | None = None) -> RunSummary:
+              replay: ReplayOptions | None = None,
+              max_line_bytes: int | None = None) -> RunSummary:
     """Run the audit of ``root`` into ``out`` (see :func:`pipeline.orchestrate.run_audit`);
     with ``replay``, the replay tables too, in the same pass."""
     return run_audit(root, out, scheduler=scheduler, workers=workers, progress=progress,
-                     replay=replay)
+                     replay=replay, max_line_bytes=max_line_bytes)
 
 
 def print_summary(summary: RunSummary) -> None:
@@ -26,6 +27,10 @@ def print_summary(summary: RunSummary) -> None:
     echo = click.echo
     echo(f"run {summary.run_id}: {summary.sessions} sessions, {summary.bytes:,} bytes "
          f"({summary.skipped_objects} other objects skipped)")
+    if summary.skipped_examples:
+        # Keys are data: escaped, so a hostile one cannot garble or spoof the terminal.
+        echo("  skipped, e.g.: " + ", ".join(printable(k, 120)
+                                             for k in sorted(summary.skipped_examples)))
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items()))
     echo(f"  status: {statuses}")
     if summary.codes:
@@ -36,5 +41,12 @@ def print_summary(summary: RunSummary) -> None:
     else:
         echo("  findings: none")
     if summary.failed_batches:
-        echo(f"  WARNING: {summary.failed_batches} batches failed; the run is partial")
+        echo(f"  WARNING: {summary.failed_batches} tasks lost every worker that ran them; "
+             "they were split and run again")
+    if summary.partial:
+        shown = sorted(summary.unread)[:5]
+        echo(f"  WARNING: the run is partial: {len(summary.unread):,} sessions not read "
+             "(see their findings), e.g.:")
+        for path in shown:
+            echo(f"    {printable(path, 160)}")
     echo(f"  tables: {summary.out}/integrity/sessions, {summary.out}/integrity/findings")

@@ -26,8 +26,12 @@ from pipeline.io.storage import (
 from pipeline.layout import SessionKey, parse_session_path
 from pipeline.orchestrate import RunSummary, run_audit
 from pipeline.projection import get_rule_set
-from pipeline.reader import Entry, read_ledger
-from pipeline.replay_partitions import SPOOL_MEMORY_BYTES, ReplayOptions, replay_spooled
+from pipeline.replay_partitions import (
+    SPOOL_MEMORY_BYTES,
+    ReplayOptions,
+    active_entries,
+    replay_spooled,
+)
 from pipeline.scopes import parse_scope
 from pipeline.show import capture_request, find_request, format_request
 from pipeline.tokens import get_tokenizer
@@ -105,12 +109,9 @@ def show_job(url: str, scope: str, options: ReplayOptions, *,
         audit = audit_session(obj.key, spool, size=obj.size)
         row = find_request(replay_spooled(obj, audit, spool, options).requests, scope, url)
         capacity = options.catalog.lookup(row["model"])
-        spool.seek(0)
-        active = audit.active
-        chain = (e for e in read_ledger(spool)
-                 if isinstance(e, Entry) and (e.line, e.id) in active)
         rendered = capture_request(
-            chain, row["entry_id"], rules=get_rule_set(options.rules), tokenizer=get_tokenizer(),
+            active_entries(spool, audit), row["entry_id"], rules=get_rule_set(options.rules),
+            tokenizer=get_tokenizer(),
             planner=options.catalog.lookup(audit.row.get("model")) if options.planner else None)
     parsed = parse_scope(scope)
     note = (f"{scope} is a tool call (form) of request {row['scope']}"

@@ -7,6 +7,7 @@ of ``integrity/findings``).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,6 +21,12 @@ from pipeline.types import Code, Finding, Severity, Status
 Usage = tuple[int, int, int, int]  # input, output, cache read, cache creation
 _ZERO: Usage = (0, 0, 0, 0)
 USAGE_KINDS = ("input", "output", "cache_read", "cache_creation")
+#: The fields of a :attr:`SessionAudit.usage` row, in order: the ``usage`` dataset's
+#: columns but the session's own (path, id, agent) and ``day`` (derived from ``ts``).
+USAGE_FIELDS = ("entry_id", "request_id", "kind", "purpose", "ordinal", "settlement",
+                "winning", "ts", "provider", "model", "on_active_chain", "input_tokens",
+                "output_tokens", "cache_read_tokens", "cache_write_tokens", "billed",
+                "effective", "waste")
 
 
 _USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
@@ -47,7 +54,15 @@ def _add(a: Usage, b: Usage) -> Usage:
 class _Request:
     """Info kept on an assistant-message node."""
 
-    usage: Usage | None
+    usage: Usage | None  # its own ``meta.usage``
+    ts: str
+    model: str | None  # ``meta.model``
+    #: Its first receipt whose winning attempt has usage: the same request, as billed.
+    receipt: _Receipt | None = None
+
+
+#: ``(ordinal, settlement, usage, provider, model, winning)`` of an attempt with usage.
+_Metered = tuple[Any, str | None, Usage, str | None, str | None, bool]
 
 
 @dataclass(slots=True)
@@ -58,6 +73,13 @@ class _Receipt:
     billed: Usage
     attempts: int
     failed: int
+    ts: str
+    provider: str | None
+    model: str | None
+    purpose: str | None
+    metered: list[_Metered]
+    #: The assistant message it belongs to (its parent), once the tree is complete.
+    owner: Node | None = None
 
 
 class _Directive:
@@ -94,19 +116,36 @@ def winning_usage(receipt: dict[str, Any]) -> Usage | None:
     return None
 
 
+def _name(v: Any) -> str | None:
+    # Names repeat on every request: one shared string each, not one per entry kept
+    # until the usage rows are built (a 1 GB session has 10⁵ of them).
+    return sys.intern(v) if type(v) is str else None
+
+
 def _receipt_info(entry: Entry) -> _Receipt:
-    attempts = entry.data.get("attempts")
+    data = entry.data
+    attempts = data.get("attempts")
     attempts = attempts if isinstance(attempts, list) else []
-    billed, failed = _ZERO, 0
+    billed, failed, winning = _ZERO, 0, None
+    metered: list[_Metered] = []
+    win = data.get("winning_attempt")  # cleared once its attempt is seen
     for att in attempts:
         if not isinstance(att, dict):
             continue
         u = usage_of(att.get("usage"))
+        # The first attempt with the winning ordinal wins, as in winning_usage (one
+        # pass here: this runs once per receipt).
+        is_win = win is not None and att.get("ordinal") == win
+        if is_win:
+            winning, win = u, None
         if u is not None:
             billed = _add(billed, u)
+            metered.append((att.get("ordinal"), _name(att.get("settlement")), u,
+                            _name(att.get("provider")), _name(att.get("model")), is_win))
         if att.get("settlement") != "ok":
             failed += 1
-    return _Receipt(winning_usage(entry.data), billed, len(attempts), failed)
+    return _Receipt(winning, billed, len(attempts), failed, entry.ts, _name(data.get("provider")),
+                    _name(data.get("model")), _name(data.get("purpose")), metered)
 
 
 def _node_info(entry: Entry) -> Any:
@@ -116,7 +155,8 @@ def _node_info(entry: Entry) -> Any:
         message = entry.data.get("message")
         role = message.get("role") if type(message) is dict else None
         if role == "assistant":
-            return _Request(usage_of(entry.meta.get("usage")))
+            meta = entry.meta
+            return _Request(usage_of(meta.get("usage")), entry.ts, _name(meta.get("model")))
         if role == "user" and is_directive(entry):
             return _DIRECTIVE
     elif kind == "receipt":
@@ -144,6 +184,24 @@ class SessionAudit:
     findings: list[Finding] = field(default_factory=list)
     #: ``(line, id)`` of every active-chain entry, for a replay pass over the same bytes.
     active: frozenset[tuple[int, str]] = frozenset()
+    #: One tuple of :data:`USAGE_FIELDS` per usage-bearing record (``usage`` dataset).
+    usage: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def add_findings(self, findings: list[Finding]) -> None:
+        """Add findings made outside the audit (checkpoints), first; recount the row."""
+        if not findings:
+            return
+        self.findings[:0] = findings
+        self.row.update(verdict(self.findings))
+
+
+def verdict(findings: list[Finding]) -> dict[str, Any]:
+    """A session row's ``status`` and counts per severity."""
+    counts = {s: 0 for s in Severity}
+    for f in findings:
+        counts[f.severity] += 1
+    return {"status": Status.of(findings).value, "errors": counts[Severity.ERROR],
+            "warnings": counts[Severity.WARNING], "infos": counts[Severity.INFO]}
 
 
 def _header_fields(entry: Entry) -> dict[str, Any]:
@@ -177,15 +235,19 @@ def _figures(tree: TreeIndex) -> dict[str, Any]:
             # A receipt belongs to the assistant message it follows: it stands in for a
             # message that carries no usage of its own.
             parent = tree.by_id.get(node.parent_id or "")
-            request = parent.info if parent is not None else None
-            if isinstance(request, _Request) and request.usage is None:
-                request.usage = info.winning
+            if parent is not None and isinstance(parent.info, _Request):
+                info.owner = parent
+                if parent.info.receipt is None and info.winning is not None:
+                    parent.info.receipt = info
     for node in tree.nodes:
         info = node.info
         if isinstance(info, _Request):
             requests[node.on_active_chain] += 1
-            if info.usage is not None:
-                usage[node.on_active_chain] = _add(usage[node.on_active_chain], info.usage)
+            u = info.usage
+            if u is None and info.receipt is not None:
+                u = info.receipt.winning
+            if u is not None:
+                usage[node.on_active_chain] = _add(usage[node.on_active_chain], u)
         elif info is _DIRECTIVE and node.on_active_chain:
             turns += 1
     row: dict[str, Any] = {
@@ -200,6 +262,46 @@ def _figures(tree: TreeIndex) -> dict[str, Any]:
         row[f"{kind}_tokens_abandoned"] = usage[False][i]
         row[f"billed_{kind}_tokens"] = billed[i]
     return row
+
+
+def _usage_rows(tree: TreeIndex, header: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The usage records of a session, flagged billed / effective / waste.
+
+    The rules are in ``docs/cost-rules.md`` ("Billed, effective, wasted"). Runs after
+    :func:`_figures` has tied receipts to their messages. Flat tuples and inline checks:
+    this runs once per request of every session audited.
+    """
+    rows: list[tuple[Any, ...]] = []
+    append = rows.append
+    provider, model = header.get("provider") or None, header.get("model") or None
+    for node in tree.nodes:
+        info = node.info
+        kind = type(info)
+        if kind is _Request:
+            u = info.usage
+            if u is None:
+                continue
+            active = node.on_active_chain
+            # Its receipt's winning attempt is the same request: that one is billed.
+            billed = info.receipt is None
+            append((node.id, node.id, "message", None, None, None, None, info.ts, provider,
+                    info.model or model, active, u[0], u[1], u[2], u[3], billed,
+                    billed and active, "abandoned" if billed and not active else None))
+        elif kind is _Receipt and info.metered:
+            owner = info.owner
+            active = owner.on_active_chain if owner is not None else node.on_active_chain
+            # A second receipt of the same message billed the same answer again: a retry.
+            counts = owner is None or owner.info.receipt is info
+            p, m = info.provider or provider, info.model or model
+            for ordinal, settlement, u, a_p, a_m, win in info.metered:
+                effective = win and counts and active
+                append((node.id, owner.id if owner is not None else None, "attempt",
+                        info.purpose,
+                        ordinal if type(ordinal) is int and 0 <= ordinal < 2**31 else None,
+                        settlement, win, info.ts, a_p or p, a_m or m, active,
+                        u[0], u[1], u[2], u[3], True, effective,
+                        None if effective else "abandoned" if win and counts else "retry"))
+    return rows
 
 
 def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = None) -> SessionAudit:
@@ -264,9 +366,6 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
     findings.sort(key=lambda f: (f.line is not None, f.line or 0))
     active = [n for n in tree.nodes if n.on_active_chain]
     head: Node | None = tree.head
-    counts = {s: 0 for s in Severity}
-    for f in findings:
-        counts[f.severity] += 1
     row: dict[str, Any] = {
         "session_path": key.path,
         "agent": key.agent,
@@ -275,10 +374,7 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
         "bytes": size if size is not None else stats.bytes,
         "lines": stats.lines,
         "entries": len(tree.nodes),
-        "status": Status.of(findings).value,
-        "errors": counts[Severity.ERROR],
-        "warnings": counts[Severity.WARNING],
-        "infos": counts[Severity.INFO],
+        **verdict(findings),
         "head_id": head.id if head else None,
         "head_hash": last_entry.digest if last_entry else None,
         "active_chain_len": len(active),
@@ -290,4 +386,5 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
         "last_ts": ts_nanos(last_ts),
     }
     row.update(_figures(tree))
-    return SessionAudit(row, findings, frozenset((n.line, n.id) for n in active))
+    return SessionAudit(row, findings, frozenset((n.line, n.id) for n in active),
+                        _usage_rows(tree, header))

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from pipeline.errors import PipelineError, UsageError
-from pipeline.io.storage import parse_storage_options, resolve
+from pipeline.io.storage import MAX_LINE_BYTES, parse_storage_options, resolve
 
 if TYPE_CHECKING:
+    from pipeline.orchestrate import RunSummary
     from pipeline.replay_partitions import ReplayOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
-EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
+EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE, EXIT_PARTIAL = 0, 1, 2, 3
 
 storage_option = click.option(
     "--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
@@ -31,7 +34,17 @@ def _fail(err: PipelineError) -> None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="vakpipe")
 def main() -> None:
-    """Audit, replay and compact archives of vak session ledgers."""
+    """Audit, replay and compact archives of vak session ledgers.
+
+    \b
+    Exit codes of the commands that read an archive:
+      0  the run completed (findings are data, not failures)
+      1  --fail-on matched (regress: a threshold was exceeded)
+      2  unusable input or setup, or a failed commit (one line on stderr)
+      3  the run completed but is partial: some sessions could not be read
+         (unreadable_object, changed_during_audit, worker_crashed); the tables
+         hold everything else, the manifest says "partial": true
+    """
 
 
 def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
@@ -52,9 +65,7 @@ cluster_options = _options(
 )
 progress_option = click.option("--progress/--no-progress", default=None,
                                help="Progress bar (default: on a tty).")
-replay_options = _options(
-    click.option("--rules", default="v1", show_default=True,
-                 help="Projection rule set to replay."),
+what_if_options = _options(
     click.option("--planner", is_flag=True,
                  help="Replay under planner v1's plan instead of the recorded plan in force."),
     click.option("--catalog", "catalog_path", default=None, type=click.Path(dir_okay=False),
@@ -62,12 +73,47 @@ replay_options = _options(
     click.option("--window", type=click.IntRange(min=1), default=None,
                  help="What-if: give every model this input window."),
 )
+replay_options = _options(
+    click.option("--rules", default="v1", show_default=True,
+                 help="Projection rule set to replay."),
+    what_if_options,
+)
 scope_option = click.option("--scope", default=None,
                             help="Only requests in this fold key (e.g. t3/i2-t5).")
 
 
+_BYTE_SIZE = re.compile(r"\s*(\d+)\s*([A-Za-z]*)\s*")
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "k": 2**10,
+               "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}
+
+
+class ByteSize(click.ParamType[int, Any]):
+    """A byte count: ``1048576``, ``64MiB``, ``512KiB``, ``1GiB`` (kB, MB, GB are powers
+    of ten)."""
+
+    name = "bytes"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        """``value`` as a positive number of bytes."""
+        if isinstance(value, int):
+            return value
+        match = _BYTE_SIZE.fullmatch(str(value))
+        unit = _BYTE_UNITS.get(match.group(2).lower()) if match else None
+        if match is None or unit is None or int(match.group(1)) < 1:
+            self.fail(f"{value!r} is not a byte count (e.g. 1048576, 64MiB)", param, ctx)
+        return int(match.group(1)) * unit
+
+
+max_line_option = click.option(
+    "--max-line-bytes", type=ByteSize(), default=f"{MAX_LINE_BYTES // 2**20}MiB",
+    show_default=True,
+    metavar="N", help="Longest line read (e.g. 64MiB): a longer one is reported as a "
+    "damaged line and never read into memory.")
+
+
 def _replay_options(rules: str, planner: bool, catalog_path: str | None, window: int | None,
-                    scope: str | None) -> ReplayOptions:
+                    scope: str | None, max_line_bytes: int = MAX_LINE_BYTES) -> ReplayOptions:
     """Check the replay flags (``audit``, ``replay``, ``show``) and build the options.
 
     Raises
@@ -91,7 +137,7 @@ def _replay_options(rules: str, planner: bool, catalog_path: str | None, window:
     catalog = load_catalog(catalog_path)
     if window is not None:
         catalog = catalog.with_window(window)
-    return ReplayOptions(rules, catalog, planner, scope)
+    return ReplayOptions(rules, catalog, planner, scope, max_line_bytes=max_line_bytes)
 
 
 @main.command()
@@ -99,16 +145,18 @@ def _replay_options(rules: str, planner: bool, catalog_path: str | None, window:
 @click.option("--out", required=True, help="Output location (any fsspec URL or folder).")
 @cluster_options
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default=None,
-              help="Exit 1 when any session has a finding of this severity or worse.")
+              help="Exit 1 when any session has a finding of this severity or worse "
+                   "(a partial run exits 3 first).")
 @progress_option
 @click.option("--replay", is_flag=True,
               help="Also replay every request (turns and requests tables), one read per file.")
 @replay_options
 @scope_option
+@max_line_option
 def audit(root: str, out: str, scheduler: str | None, workers: int | None,
           storage_options: tuple[str, ...], fail_on: str | None, progress: bool | None,
           replay: bool, rules: str, planner: bool, catalog_path: str | None,
-          window: int | None, scope: str | None) -> None:
+          window: int | None, scope: str | None, max_line_bytes: int) -> None:
     """Verify every session ledger under ROOT and write integrity tables under OUT."""
     from jobs.audit import audit_job, print_summary
 
@@ -116,16 +164,30 @@ def audit(root: str, out: str, scheduler: str | None, workers: int | None,
         options = parse_storage_options(storage_options)
         replay_opts = None
         if replay or planner or scope or window or catalog_path or rules != "v1":
-            replay_opts = _replay_options(rules, planner, catalog_path, window, scope)
+            replay_opts = _replay_options(rules, planner, catalog_path, window, scope,
+                                          max_line_bytes)
         summary = audit_job(resolve(root, options), resolve(out, options),
                             scheduler=scheduler, workers=workers, progress=progress,
-                            replay=replay_opts)
+                            replay=replay_opts, max_line_bytes=max_line_bytes)
     except PipelineError as err:
         _fail(err)
         return
     print_summary(summary)
+    _exit_on(fail_on, summary)
+
+
+def _exit_on(fail_on: str | None, summary: RunSummary) -> None:
+    """Exit 3 when the run is partial; else exit 1 when ``--fail-on`` names a severity
+    some session reached.
+
+    Partial first: a verdict over the sessions read says nothing of those not read, so
+    a partial run never passes for a complete one, whatever ``--fail-on`` says.
+    """
+    if summary.partial:
+        sys.exit(EXIT_PARTIAL)
+    statuses: Mapping[str, int] = summary.statuses
     worst = {"error": ("error",), "warning": ("error", "warning")}.get(fail_on or "", ())
-    if any(summary.statuses.get(s) for s in worst):
+    if any(statuses.get(s) for s in worst):
         sys.exit(EXIT_FINDINGS)
 
 
@@ -138,10 +200,11 @@ def audit(root: str, out: str, scheduler: str | None, workers: int | None,
 @scope_option
 @cluster_options
 @progress_option
+@max_line_option
 def replay(root: str, out: str, session_ids: tuple[str, ...], rules: str, planner: bool,
            catalog_path: str | None, window: int | None, scope: str | None,
            scheduler: str | None, workers: int | None, storage_options: tuple[str, ...],
-           progress: bool | None) -> None:
+           progress: bool | None, max_line_bytes: int) -> None:
     """Replay every session under ROOT (or --session ones) into tables under OUT.
 
     Writes what `audit --replay` writes: integrity/sessions, integrity/findings, turns
@@ -152,13 +215,15 @@ def replay(root: str, out: str, session_ids: tuple[str, ...], rules: str, planne
     try:
         options = parse_storage_options(storage_options)
         summary = replay_job(resolve(root, options), resolve(out, options),
-                             _replay_options(rules, planner, catalog_path, window, scope),
+                             _replay_options(rules, planner, catalog_path, window, scope,
+                                             max_line_bytes),
                              sessions=frozenset(session_ids) or None, scheduler=scheduler,
                              workers=workers, progress=progress)
     except PipelineError as err:
         _fail(err)
         return
     print_replay_summary(summary)
+    _exit_on(None, summary)
 
 
 @main.command()
@@ -188,6 +253,56 @@ def show(session: str, scope: str, rules: str, planner: bool, catalog_path: str 
 
 @main.command()
 @click.argument("root")
+@click.option("--out", required=True,
+              help="Output location; each night commits OUT/date=YYYY-MM-DD/.")
+@click.option("--date", "day", type=click.DateTime(["%Y-%m-%d"]), default=None,
+              help="The partition to write (default: today, UTC).")
+@click.option("--compaction", is_flag=True,
+              help="Also plan the packets each session's bound model needs (compaction table).")
+@replay_options
+@cluster_options
+@progress_option
+@click.option("--fail-on", type=click.Choice(["error", "warning"]), default=None,
+              help="Exit 1 when any session has a finding of this severity or worse "
+                   "(a partial run exits 3 first).")
+@max_line_option
+def nightly(root: str, out: str, day: datetime | None, compaction: bool, rules: str,
+            planner: bool, catalog_path: str | None, window: int | None,
+            scheduler: str | None, workers: int | None, storage_options: tuple[str, ...],
+            progress: bool | None, fail_on: str | None, max_line_bytes: int) -> None:
+    """The nightly audit: read only what changed under ROOT since the last night.
+
+    Writes the integrity, usage, turns, requests (and with --compaction, compaction)
+    tables of every session into OUT/date=YYYY-MM-DD/, with the checkpoints the next
+    night starts from and summary.json. Unchanged objects are not read: their rows are
+    carried forward. History that no longer extends what was verified is reported
+    (history_truncated, history_rewritten, session_missing).
+    """
+    import dataclasses
+
+    from jobs.nightly_audit import nightly_job, print_nightly_summary
+    from pipeline.compaction import CompactionOptions
+    from pipeline.summarise import get_summariser
+
+    try:
+        options = parse_storage_options(storage_options)
+        replay_opts = _replay_options(rules, planner, catalog_path, window, None,
+                                      max_line_bytes)
+        if compaction:
+            replay_opts = dataclasses.replace(
+                replay_opts, compaction=CompactionOptions(get_summariser("cards")))
+        summary = nightly_job(resolve(root, options), resolve(out, options), replay_opts,
+                              day=day.date() if day else None, scheduler=scheduler,
+                              workers=workers, progress=progress)
+    except PipelineError as err:
+        _fail(err)
+        return
+    print_nightly_summary(summary)
+    _exit_on(fail_on, summary.run)
+
+
+@main.command()
+@click.argument("root")
 @click.option("--out", required=True, help="Output location (any fsspec URL or folder).")
 @click.option("--window", type=click.IntRange(min=1), default=None,
               help="What-if: plan for this input window instead of each session's model.")
@@ -210,11 +325,13 @@ def show(session: str, scope: str, rules: str, planner: bool, catalog_path: str 
               help="Only the session with this id, its file name's stem (repeatable).")
 @cluster_options
 @progress_option
+@max_line_option
 def compact(root: str, out: str, window: int | None, what_if_model: str | None,
             summariser: str, summariser_url: str | None, summariser_model: str | None,
             summary_tokens: int, write_archive: bool, rules: str, catalog_path: str | None,
             session_ids: tuple[str, ...], scheduler: str | None, workers: int | None,
-            storage_options: tuple[str, ...], progress: bool | None) -> None:
+            storage_options: tuple[str, ...], progress: bool | None,
+            max_line_bytes: int) -> None:
     """Plan the compaction packets every session under ROOT needs, under OUT.
 
     Each session is replayed under planner v1 for its bound model's capacity (or the
@@ -238,7 +355,7 @@ def compact(root: str, out: str, window: int | None, what_if_model: str | None,
         else:
             writer = get_summariser("cards")
         options = parse_storage_options(storage_options)
-        replay_opts = _replay_options(rules, True, catalog_path, window, None)
+        replay_opts = _replay_options(rules, True, catalog_path, window, None, max_line_bytes)
         if what_if_model is not None and replay_opts.catalog.lookup(what_if_model) is None:
             raise UsageError(f"--model {what_if_model!r} is not in the model catalog")
         summary = compact_job(
@@ -251,6 +368,101 @@ def compact(root: str, out: str, window: int | None, what_if_model: str | None,
         _fail(err)
         return
     print_compaction_summary(summary)
+    _exit_on(None, summary)
+
+
+@main.command()
+@click.argument("root")
+@click.option("--out", required=True, help="Output location (any fsspec URL or folder).")
+@click.option("--baseline", default=None,
+              help="Rule set of the baseline replay (default: v1).")
+@click.option("--candidate", required=True, help="Rule set of the candidate replay.")
+@click.option("--baseline-run", default=None, metavar="PATH",
+              help="Compare with this run's committed requests table instead of replaying "
+                   "a baseline.")
+@click.option("--max-changed", default=None, metavar="N|P%",
+              help="Exit 1 when more requests changed (a number, or a percentage of the "
+                   "requests compared).")
+@click.option("--max-new-overflows", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Exit 1 when more requests are newly over their model's window.")
+@click.option("--session", "session_ids", multiple=True, metavar="ID",
+              help="Only the session with this id, its file name's stem (repeatable).")
+@what_if_options
+@cluster_options
+@progress_option
+def regress(root: str, out: str, baseline: str | None, candidate: str,
+            baseline_run: str | None, max_changed: str | None, max_new_overflows: int | None,
+            session_ids: tuple[str, ...], planner: bool, catalog_path: str | None,
+            window: int | None, scheduler: str | None, workers: int | None,
+            storage_options: tuple[str, ...], progress: bool | None) -> None:
+    """Replay ROOT under two projection rule sets and compare every request.
+
+    Writes OUT/baseline and OUT/candidate (the two replays), the regression dataset (one
+    row per request pair) and OUT/regression-summary.json. Exit 1 when a threshold is
+    exceeded.
+    """
+    from jobs.regression_check import print_regression, regression_job
+    from pipeline.regress import Thresholds, parse_change_limit
+
+    try:
+        if baseline is not None and baseline_run is not None:
+            raise UsageError("--baseline and --baseline-run name two baselines: give one")
+        options = parse_storage_options(storage_options)
+        thresholds = Thresholds(
+            parse_change_limit(max_changed) if max_changed is not None else None,
+            max_new_overflows)
+        base_opts = (None if baseline_run is not None
+                     else _replay_options(baseline or "v1", planner, catalog_path, window, None))
+        report = regression_job(
+            resolve(root, options), resolve(out, options),
+            _replay_options(candidate, planner, catalog_path, window, None), baseline=base_opts,
+            baseline_run=resolve(baseline_run, options) if baseline_run is not None else None,
+            thresholds=thresholds, sessions=frozenset(session_ids) or None,
+            scheduler=scheduler, workers=workers, progress=progress)
+    except PipelineError as err:
+        _fail(err)
+        return
+    print_regression(report)
+    if report.breaches:
+        sys.exit(EXIT_FINDINGS)
+
+
+@main.command()
+@click.argument("out")
+@click.option("--since", type=click.DateTime(["%Y-%m-%d"]), default=None,
+              help="First day (UTC, inclusive) to price.")
+@click.option("--until", type=click.DateTime(["%Y-%m-%d"]), default=None,
+              help="Last day (UTC, inclusive) to price.")
+@click.option("--by", "by_text", default="day,model", show_default=True,
+              help="Group the cost table by these, comma-separated: day, agent, model, "
+                   "provider, session.")
+@click.option("--prices", "prices_path", default=None, type=click.Path(dir_okay=False),
+              help="Your own price table (TOML); its rules come first.")
+@click.option("--report-dir", default=None,
+              help="Where the tables and report.html go (default: OUT/cost).")
+@storage_option
+def cost(out: str, since: datetime | None, until: datetime | None, by_text: str,
+         prices_path: str | None, report_dir: str | None,
+         storage_options: tuple[str, ...]) -> None:
+    """Price the usage of the run committed under OUT: billed, effective and wasted USD.
+
+    Writes costs.parquet and costs.csv (grouped by --by) and report.html (charts, one
+    self-contained file) under OUT/cost or --report-dir. Models the price table does not
+    know are named on stderr and never priced silently.
+    """
+    from jobs.cost_report import cost_job, print_cost_summary
+    from pipeline.costs import parse_by
+
+    try:
+        options = parse_storage_options(storage_options)
+        outcome = cost_job(resolve(out, options), by=parse_by(by_text),
+                           since=since.date() if since else None,
+                           until=until.date() if until else None, prices_path=prices_path,
+                           report_dir=resolve(report_dir, options) if report_dir else None)
+    except PipelineError as err:
+        _fail(err)
+        return
+    print_cost_summary(outcome)
 
 
 @main.command()

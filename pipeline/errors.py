@@ -21,6 +21,10 @@ class StorageError(PipelineError, OSError):
     """The storage behind a URL cannot be used: no bucket, no endpoint, no access."""
 
 
+class ObjectChangedError(StorageError):
+    """An object's bytes changed between its listing and its read, or during the read."""
+
+
 class EmptyInputError(PipelineError, FileNotFoundError):
     """The root holds no session ledger at all."""
 

@@ -8,15 +8,25 @@ workers need read access to the archive only.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from pipeline.audit import SessionAudit, audit_session
-from pipeline.io.storage import Location, SessionObject, open_lines, storage_errors
-from pipeline.io.tables import findings_table, sessions_table
+from pipeline.audit import SessionAudit, audit_session, verdict
+from pipeline.errors import ObjectChangedError
+from pipeline.io.storage import (
+    MAX_LINE_BYTES,
+    Location,
+    SessionObject,
+    open_lines,
+    refresh_object,
+    storage_errors,
+)
+from pipeline.io.tables import findings_table, sessions_table, usage_table
+from pipeline.layout import SessionKey
 from pipeline.reader import MAX_DETAIL_CHARS
-from pipeline.types import Code, Finding, Status
+from pipeline.types import Code, Finding
 
 
 @dataclass
@@ -35,35 +45,78 @@ class BatchResult:
     files: dict[str, list[str]] = field(default_factory=dict)
 
 
+#: Codes of a session that was not audited at all (no figures): a run with any is partial.
+NOT_READ_CODES = frozenset({Code.UNREADABLE_OBJECT.text, Code.CHANGED_DURING_AUDIT.text,
+                            Code.WORKER_CRASHED.text})
+
+
 def unreadable(obj: SessionObject, err: BaseException) -> SessionAudit:
     """The audit of an object that could not be read: one error finding, no figures."""
-    text = f"{type(err).__name__}: {err}".splitlines()[0][:MAX_DETAIL_CHARS]
-    finding = Finding(Code.UNREADABLE_OBJECT, None, None, text)
-    row = {
-        "session_path": obj.key.path,
-        "agent": obj.key.agent,
-        "cwd_hash": obj.key.cwd_hash,
-        "bytes": obj.size,
-        "status": Status.ERROR.value,
-        "errors": 1,
-        "warnings": 0,
-        "infos": 0,
-    }
+    return not_audited(obj.key, obj.size,
+                       Finding(Code.UNREADABLE_OBJECT, None, None, _error_text(err)))
+
+
+def changed(obj: SessionObject, err: BaseException) -> SessionAudit:
+    """The audit of an object that changed under both reads: one warning, no figures."""
+    return not_audited(obj.key, obj.size,
+                       Finding(Code.CHANGED_DURING_AUDIT, None, None, _error_text(err)))
+
+
+def _error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}".splitlines()[0][:MAX_DETAIL_CHARS]
+
+
+def read_consistently(root: Location, obj: SessionObject,
+                      read: Callable[[SessionObject], SessionAudit]) -> tuple[SessionAudit, bool]:
+    """``read(obj)``, the audit of one version of the object; whether it was read.
+
+    ``read`` audits the version it is given and raises
+    :class:`~pipeline.errors.ObjectChangedError` when the object is another by the time
+    it is opened or read. Then the object is looked up again and read once more, as the
+    version found (the audit's row names that version: its ETag and size); a second
+    change makes it ``changed_during_audit``, nothing kept of the partial read (a live
+    object: the next run audits it). A storage error, on either read or on the
+    look-up, makes it ``unreadable_object``. Both findings come with no figures and
+    ``False``.
+    """
+    try:
+        return read(obj), True
+    except ObjectChangedError:
+        pass
+    except storage_errors() as err:
+        return unreadable(obj, err), False
+    try:
+        obj = refresh_object(root, obj)
+        return read(obj), True
+    except ObjectChangedError as err:
+        return changed(obj, err), False
+    except storage_errors() as err:
+        return unreadable(obj, err), False
+
+
+def not_audited(key: SessionKey, size: int, finding: Finding) -> SessionAudit:
+    """The row of a session reported without reading it (unreadable, missing)."""
+    row = {"session_path": key.path, "agent": key.agent, "cwd_hash": key.cwd_hash,
+           "bytes": size, **verdict([finding])}
     return SessionAudit(row, [finding])
 
 
-def audit_object(root: Location, obj: SessionObject) -> SessionAudit:
-    """Audit one session object, streaming it; a read failure becomes a finding."""
-    try:
-        with open_lines(root, obj) as lines:
-            result = audit_session(obj.key, lines, size=obj.size)
-    except storage_errors() as err:
-        return unreadable(obj, err)
-    result.row["etag"] = obj.etag
-    return result
+def audit_object(root: Location, obj: SessionObject,
+                 max_line_bytes: int = MAX_LINE_BYTES) -> SessionAudit:
+    """Audit one session object, streaming it; a read failure becomes a finding, a line
+    over ``max_line_bytes`` a line that is not a valid entry, an object that changed
+    under the read is read once more (see :func:`read_consistently`)."""
+    def read(version: SessionObject) -> SessionAudit:
+        with open_lines(root, version, max_line_bytes=max_line_bytes) as lines:
+            result = audit_session(version.key, lines, size=version.size)
+        result.row["etag"] = version.etag
+        return result
+
+    return read_consistently(root, obj, read)[0]
 
 
-def audit_batch(root: Location, index: int, batch: list[SessionObject]) -> BatchResult:
+def audit_batch(root: Location, index: int, batch: list[SessionObject],
+                max_line_bytes: int = MAX_LINE_BYTES) -> BatchResult:
     """Audit a batch of whole sessions; the unit of work of one Dask task.
 
     Parameters
@@ -74,20 +127,31 @@ def audit_batch(root: Location, index: int, batch: list[SessionObject]) -> Batch
         The batch's position in the run's plan; it names the output part.
     batch:
         The sessions to audit, in path order.
+    max_line_bytes:
+        The longest line read (``--max-line-bytes``).
     """
-    return audit_batch_result(index, batch, [audit_object(root, obj) for obj in batch])
+    return audit_batch_result(index, batch,
+                              [audit_object(root, obj, max_line_bytes) for obj in batch])
 
 
 def audit_batch_result(index: int, batch: list[SessionObject],
                        audits: list[SessionAudit]) -> BatchResult:
-    """The integrity tables and counts of a batch's audits."""
+    """The integrity tables (sessions, findings, usage) and counts of a batch's audits."""
     result = BatchResult(
         index,
         sessions_table([a.row for a in audits]),
         findings_table((a.row["session_path"], f) for a in audits for f in a.findings),
         bytes_read=sum(obj.size for obj in batch),
     )
+    result.extra["usage"] = usage_table(audits)
     for a in audits:
         result.statuses[a.row["status"]] += 1
         result.codes.update(f.code.text for f in a.findings)
     return result
+
+
+def quarantined(index: int, obj: SessionObject, detail: str) -> BatchResult:
+    """The result of a session that was never audited because every worker that ran it
+    died (computed on the client): a ``worker_crashed`` row, no figures."""
+    audit = not_audited(obj.key, obj.size, Finding(Code.WORKER_CRASHED, None, None, detail))
+    return audit_batch_result(index, [obj], [audit])

@@ -7,7 +7,9 @@ quirks (torn merge, duplicate ``kind`` in ``work`` lines). It never raises on in
 every oddity becomes a :class:`~pipeline.types.Finding`.
 
 Only the current line is held in memory, so a caller that streams the file keeps
-memory bounded by the largest line.
+memory bounded by the largest line; the IO layer bounds that too, handing a line over
+the limit (``--max-line-bytes``) in as an :class:`~pipeline.types.OversizeLine`, which
+is reported as a line that is not a valid entry.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Any, NamedTuple, TypeGuard
 
 import orjson
 
-from pipeline.types import Code, Finding
+from pipeline.redact import bounded, redact
+from pipeline.types import Code, Finding, OversizeLine
 
 #: Kinds vak writes: the 13 of the seed (T13) and the later ones (T14-T17).
 KNOWN_KINDS: frozenset[str] = frozenset(
@@ -154,7 +157,8 @@ def valid_ts(ts: object) -> TypeGuard[str]:
 
 
 def _detail(text: str) -> str:
-    return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
+    # Redacted before the cut, so that a cut can never leave part of a secret behind.
+    return bounded(redact(text), MAX_DETAIL_CHARS)
 
 
 class _Pairs(dict[str, Any]):
@@ -289,7 +293,8 @@ def read_ledger(
     ----------
     lines:
         The file's physical lines as bytes, each with its trailing ``b"\\n"`` except
-        possibly the last (what iterating a binary file yields).
+        possibly the last (what iterating a binary file yields); a line the IO layer
+        skipped as too long is an :class:`~pipeline.types.OversizeLine`.
     stats:
         Filled with the number of physical lines and bytes read, once the stream ends.
 
@@ -319,6 +324,11 @@ def read_ledger(
             continue
         if entry is not None:
             found = [(entry, duplicate_kind)]
+        elif type(raw) is OversizeLine:
+            # Never a valid entry (its bytes were not read): classified like any bad line.
+            nbytes += raw.size - len(raw)
+            pending.append((number, raw.reason))
+            continue
         else:
             found = _recover_merged(body, number)
             if not found:
@@ -357,8 +367,8 @@ def read_ledger(
                 expected = prev_digest[:16] if prev_digest else "nothing (no earlier entry)"
                 yield Finding(
                     Code.HASH_MISMATCH, number, entry.id,
-                    f"prev_hash {entry.prev_hash[:16]}… does not match the previous entry "
-                    f"({expected}…): an edit, insertion, deletion or reordering",
+                    f"prev_hash {redact(entry.prev_hash)[:16]}… does not match the previous "
+                    f"entry ({expected}…): an edit, insertion, deletion or reordering",
                 )
             prev_digest = entry.digest
             yield entry

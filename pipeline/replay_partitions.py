@@ -9,15 +9,18 @@ object store.
 
 from __future__ import annotations
 
+import errno
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import IO
 
 import pyarrow as pa
 
 from pipeline.audit import SessionAudit, audit_session
 from pipeline.catalog import ModelCatalog, load_catalog
+from pipeline.checkpoint import Checkpoint, PrefixHasher, checkpoint_of
 from pipeline.compaction import (
     CapacityProfile,
     CompactionEngine,
@@ -26,10 +29,23 @@ from pipeline.compaction import (
     packet_lines,
     supersede,
 )
+from pipeline.errors import StorageError
 from pipeline.io.archive import ARCHIVE, write_compacted
-from pipeline.io.storage import Location, SessionObject, open_lines, storage_errors
-from pipeline.io.tables import COMPACTION_SCHEMA, REQUESTS_SCHEMA, TURNS_SCHEMA
-from pipeline.partitions import BatchResult, audit_batch_result, unreadable
+from pipeline.io.storage import (
+    MAX_LINE_BYTES,
+    Location,
+    SessionObject,
+    Tap,
+    guarded_lines,
+    open_lines,
+)
+from pipeline.io.tables import (
+    CHECKPOINTS_SCHEMA,
+    COMPACTION_SCHEMA,
+    REQUESTS_SCHEMA,
+    TURNS_SCHEMA,
+)
+from pipeline.partitions import BatchResult, audit_batch_result, read_consistently
 from pipeline.projection import get_rule_set
 from pipeline.reader import Entry, read_ledger
 from pipeline.scopes import parse_fold_key_to_scopes
@@ -56,18 +72,24 @@ class ReplayOptions:
     #: packets are stamped with.
     archive_to: Location | None = None
     run_ns: int = 0
+    #: Lines longer than this are skipped unread and reported (``--max-line-bytes``).
+    max_line_bytes: int = MAX_LINE_BYTES
 
 
-def _tee(lines: Iterator[bytes], spool: IO[bytes]) -> Iterator[bytes]:
-    for line in lines:
-        spool.write(line)
-        yield line
+def _both(first: Tap, second: Tap) -> Tap:
+    def tap(data: bytes) -> None:
+        first(data)
+        second(data)
+    return tap
 
 
-def _active_entries(spool: IO[bytes], audit: SessionAudit) -> Iterator[Entry]:
+def active_entries(spool: IO[bytes], audit: SessionAudit,
+                   max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Entry]:
+    """The active-chain entries of a spooled ledger, root first (read from its start,
+    through the same line limit as the audit: the spool holds the over-long lines)."""
     spool.seek(0)
     active = audit.active
-    return (item for item in read_ledger(spool)
+    return (item for item in read_ledger(guarded_lines(spool, max_line_bytes))
             if isinstance(item, Entry) and (item.line, item.id) in active)
 
 
@@ -94,7 +116,8 @@ def replay_spooled(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
     if profile is not None and options.planner:
         cap = profile.capacity
         engine = compaction_engine(profile)
-    result = replay_session(obj.key, _active_entries(spool, audit), rules=rules,
+    result = replay_session(obj.key, active_entries(spool, audit, options.max_line_bytes),
+                            rules=rules,
                             tokenizer=tokenizer, catalog=options.catalog, planner=cap,
                             engine=engine)
     if options.scope:
@@ -104,7 +127,7 @@ def replay_spooled(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
     if profile is not None:
         if engine is None:
             engine = compaction_engine(profile)
-            for entry in _active_entries(spool, audit):
+            for entry in active_entries(spool, audit, options.max_line_bytes):
                 for _ in engine.feed(entry):
                     pass
         planned = supersede(engine.planned)
@@ -128,7 +151,16 @@ def _write_archive(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
     session = audit.row.get("session_id") or obj.key.session_id
     lines = packet_lines(replayed.packets, session, head_id=head_id, head_hash=head_hash,
                          now_ns=options.run_ns)
-    write_compacted(options.archive_to, obj.key.path, spool, lines)
+    try:
+        write_compacted(options.archive_to, obj.key.path, spool, lines)
+    except StorageError as err:
+        # A key the output's filesystem cannot hold as a name (an S3 key of 1,000 bytes,
+        # one local file name is at most 255): that copy is left out, its packets stay
+        # ``archived: false``, and the run goes on. Any other failure is the output's.
+        cause = err.__cause__
+        if not isinstance(cause, OSError) or cause.errno != errno.ENAMETOOLONG:
+            raise
+        return None
     kept = {p.packet_id(session) for p in replayed.packets}
     for row in replayed.compaction:
         row["archived"] = row["packet_id"] in kept
@@ -136,31 +168,74 @@ def _write_archive(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
 
 
 def audit_and_replay(
-    root: Location, obj: SessionObject, options: ReplayOptions
-) -> tuple[SessionAudit, SessionReplay | None, str | None]:
-    """Audit one object and replay it, reading it from storage once; with an archive
-    destination, also write its compacted copy (whose path is returned)."""
+    root: Location, obj: SessionObject, options: ReplayOptions,
+    new_hasher: Callable[[], PrefixHasher] | None = None,
+) -> tuple[SessionAudit, SessionReplay | None, str | None, PrefixHasher | None]:
+    """Audit one object and replay it, reading it from storage once (twice when it
+    changed under the first read: :func:`~pipeline.partitions.read_consistently`); with
+    an archive destination, also write its compacted copy (whose path is returned).
+    ``new_hasher`` makes the hasher that sees every byte of the read kept (for
+    checkpoints); it is returned with the rest. No replay when the object was not read.
+    """
+    hashers: list[PrefixHasher] = []
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as spool:
-        try:
-            with open_lines(root, obj) as lines:
-                audit = audit_session(obj.key, _tee(lines, spool), size=obj.size)
-        except storage_errors() as err:
-            return unreadable(obj, err), None, None
-        audit.row["etag"] = obj.etag
+        def read(version: SessionObject) -> SessionAudit:
+            # A re-read starts over: the spool and the hasher hold one version's bytes.
+            spool.seek(0)
+            spool.truncate()
+            hashers.clear()
+            tap: Tap = spool.write
+            if new_hasher is not None:
+                hashers.append(new_hasher())
+                tap = _both(spool.write, hashers[0].update)
+            # The spool and the hasher see the exact bytes, over-long lines included (in
+            # pieces), so the compacted copy and the checkpoint are the object's own.
+            with open_lines(root, version, max_line_bytes=options.max_line_bytes,
+                            tap=tap) as lines:
+                audit = audit_session(version.key, lines, size=version.size)
+            audit.row["etag"] = version.etag
+            return audit
+
+        audit, was_read = read_consistently(root, obj, read)
+        hasher = hashers[0] if hashers else None
+        if not was_read:
+            return audit, None, None, hasher
         replayed = replay_spooled(obj, audit, spool, options)
-        return audit, replayed, _write_archive(obj, audit, spool, replayed, options)
+        return audit, replayed, _write_archive(obj, audit, spool, replayed, options), hasher
 
 
 def replay_batch(root: Location, index: int, batch: list[SessionObject],
-                 options: ReplayOptions) -> BatchResult:
-    """Audit and replay a batch of whole sessions: one Dask task of a replay run."""
+                 options: ReplayOptions,
+                 previous: dict[str, Checkpoint | None] | None = None) -> BatchResult:
+    """Audit and replay a batch of whole sessions: one Dask task of a replay run.
+
+    With ``previous`` (a nightly run: each object's checkpoint, or ``None`` for a new
+    one), every object is checked against its checkpoint while it is read, and the new
+    checkpoints are returned as the ``checkpoints`` table. An object that cannot be
+    read keeps its old checkpoint; that one, and the new checkpoint of an object with a
+    history finding, lose their ETag so the next run reads the object again
+    (:meth:`Checkpoint.reread`).
+    """
     audits: list[SessionAudit] = []
     turns: list[dict[str, object]] = []
     requests: list[dict[str, object]] = []
     compaction: list[dict[str, object]] = []
     archived: list[str] = []
+    checkpoints: list[dict[str, object]] = []
     for obj in batch:
-        audit, replayed, copy = audit_and_replay(root, obj, options)
+        before = previous.get(obj.key.path) if previous is not None else None
+        audit, replayed, copy, hasher = audit_and_replay(
+            root, obj, options, None if previous is None else
+            partial(PrefixHasher, before.verified_bytes if before else None))
+        if previous is not None:
+            if replayed is None or hasher is None:
+                if before is not None:
+                    checkpoints.append(before.reread().as_row())
+            else:
+                broken = hasher.findings(before) if before is not None else []
+                audit.add_findings(broken)
+                checkpoint = checkpoint_of(obj.key.path, hasher, audit.row)
+                checkpoints.append((checkpoint.reread() if broken else checkpoint).as_row())
         audits.append(audit)
         if replayed is not None:
             turns.extend(replayed.turns)
@@ -175,4 +250,6 @@ def replay_batch(root: Location, index: int, batch: list[SessionObject],
         result.extra["compaction"] = pa.Table.from_pylist(compaction, schema=COMPACTION_SCHEMA)
     if options.archive_to is not None:
         result.files[ARCHIVE] = archived
+    if previous is not None:
+        result.extra["checkpoints"] = pa.Table.from_pylist(checkpoints, schema=CHECKPOINTS_SCHEMA)
     return result

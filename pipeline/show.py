@@ -18,6 +18,7 @@ from pipeline.catalog import Capacity
 from pipeline.errors import PipelineError, UsageError
 from pipeline.projection import RuleSet, canonical_json
 from pipeline.reader import Entry
+from pipeline.redact import redact
 from pipeline.replay import Cost, Prefix, ReplayEngine, RequestReplay, TurnCosts
 from pipeline.scopes import Scope, parse_scope, pretty_scopes, scope_key
 from pipeline.session_replay import turn_runs
@@ -211,7 +212,7 @@ def capture_request(entries: Iterable[Entry], entry_id: str, *, rules: RuleSet,
             return rendered
         for _ in engine.feed(entry):
             pass
-    raise PipelineError(f"no replayed request has entry id {entry_id!r}")
+    raise PipelineError(f"no replayed request has entry id {redact(entry_id)[:200]!r}")
 
 
 def find_request(rows: list[dict[str, Any]], scope: str, session: str) -> dict[str, Any]:
@@ -256,6 +257,8 @@ def find_request(rows: list[dict[str, Any]], scope: str, session: str) -> dict[s
 
 
 def _cut(text: str, full: bool) -> str:
+    # Redacted before the cut: a cut must not leave part of a secret behind.
+    text = redact(text)
     if full or len(text) <= TEXT_LIMIT:
         return text
     return f"{text[:TEXT_LIMIT]}… ({len(text) - TEXT_LIMIT} more chars)"
@@ -365,7 +368,8 @@ def format_request(row: Mapping[str, Any], rendered: RenderedRequest, *, session
     Returns
     -------
     str
-        Header, plan, prefix and messages, one line each (no trailing newline).
+        Header, plan, prefix and messages, one line each (no trailing newline), with
+        every credential redacted (:func:`pipeline.redact.redact`).
     """
     lines = _header(row, rendered, capacity, session, audit)
     if note:
@@ -383,4 +387,6 @@ def format_request(row: Mapping[str, Any], rendered: RenderedRequest, *, session
         lines += ["", f"[{i}] {m.role} · {_n(m.tokens)} tok · {m.source.strip()}"]
         for part in m.parts:
             lines += _gutter(part.tokens, _cut(part.text, full))
-    return "\n".join(lines)
+    # The texts were redacted before they were cut; the header quotes ids and names from
+    # the ledger too, so the whole is redacted once more.
+    return redact("\n".join(lines))

@@ -1,4 +1,5 @@
-"""Domain records shared by every layer: severities, finding codes, findings.
+"""Domain records shared by every layer: severities, finding codes, findings, and the
+marker of a line too long to read.
 
 Pure module: no IO, no third-party imports.
 """
@@ -49,6 +50,10 @@ class Code(enum.Enum):
     SESSION_MISSING = ("session_missing", Severity.ERROR)
     # decided here (docs/audit.md): the object could not be read at all
     UNREADABLE_OBJECT = ("unreadable_object", Severity.ERROR)
+    # ... it changed under the reader twice in a row (a live object): audited next run
+    CHANGED_DURING_AUDIT = ("changed_during_audit", Severity.WARNING)
+    # ... every worker that read it died, up to the allowed failures: quarantined
+    WORKER_CRASHED = ("worker_crashed", Severity.ERROR)
 
     def __init__(self, text: str, severity: Severity) -> None:
         self.text = text
@@ -98,3 +103,28 @@ class Status(enum.Enum):
         if worst is Severity.WARNING:
             return cls.WARNING
         return cls.OK
+
+
+class OversizeLine(bytes):
+    """Stands for a physical line longer than the line limit, which the IO layer skipped
+    without reading it into memory (``--max-line-bytes``).
+
+    Its bytes are only the line's newline (empty for an unterminated last line), so it
+    never parses and costs the reader nothing until a line fails; ``size`` is the line's
+    real length, newline included.
+    """
+
+    size: int
+    limit: int
+
+    def __new__(cls, size: int, limit: int, terminated: bool) -> OversizeLine:
+        line = super().__new__(cls, b"\n" if terminated else b"")
+        line.size, line.limit = size, limit
+        return line
+
+    @property
+    def reason(self) -> str:
+        """Why the line is not a valid entry (a finding's detail)."""
+        body = self.size - len(self)
+        return (f"line of {body:,} bytes is longer than the line limit ({self.limit:,} bytes, "
+                "--max-line-bytes): skipped unread")

@@ -10,6 +10,10 @@
   worker processes, to pass as ``scheduler=`` where a test does not need its own
   cluster (``run_audit`` starts one per call otherwise: ~2.5 s each); tests take it
   through ``scheduler``, which first clears the workers' s3fs instance caches.
+- ``start_separate_cluster`` (function): starts ``dask scheduler`` and ``dask worker``
+  as separate processes, as a deployment runs them (any number of times per test, each
+  shut down through its scheduler at the end); ``separate_cluster`` is the address of
+  one with two worker processes.
 - Autouse: fsspec's s3fs instance cache is cleared around every test (a cached instance
   keeps listings of objects a reset has dropped) and Dask's configuration re-read after
   it; Dask's scratch space lives under the session's temporary directory.
@@ -18,7 +22,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import dask
@@ -29,7 +37,7 @@ from distributed import Client, LocalCluster
 from fsspec.implementations.memory import MemoryFileSystem
 from storage_helpers import BUCKET
 
-from pipeline.io.local_s3 import LocalS3, local_s3
+from pipeline.io.local_s3 import LocalS3, free_port, local_s3
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -114,3 +122,80 @@ def scheduler(dask_scheduler: str) -> str:
     with Client(dask_scheduler, set_as_default=False) as client:
         client.run(s3fs.S3FileSystem.clear_instance_cache)
     return dask_scheduler
+
+
+@dataclass(frozen=True)
+class SeparateCluster:
+    """A scheduler and workers running as separate ``dask`` processes."""
+
+    address: str
+    scheduler: subprocess.Popen[bytes]
+    workers: subprocess.Popen[bytes]
+    log: Path
+
+
+@contextmanager
+def _separate_cluster(base: Path, nworkers: int,
+                      env: dict[str, str] | None) -> Iterator[SeparateCluster]:
+    bin_dir = Path(sys.executable).parent
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    scratch = base / "dask-scratch"
+    scratch.mkdir(parents=True, exist_ok=True)
+    full_env = {**os.environ, "DASK_TEMPORARY_DIRECTORY": str(scratch), **(env or {})}
+    log = base / "dask.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    with open(log, "wb") as sink:
+        try:
+            procs.append(subprocess.Popen(
+                [str(bin_dir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                 "--dashboard-address", "127.0.0.1:0"],
+                env=full_env, stdout=subprocess.DEVNULL, stderr=sink,
+            ))
+            procs.append(subprocess.Popen(
+                [str(bin_dir / "dask"), "worker", address, "--nworkers", str(nworkers),
+                 "--nthreads", "1", "--local-directory", str(scratch)],
+                env=full_env, stdout=subprocess.DEVNULL, stderr=sink,
+            ))
+            with Client(address, timeout=30, set_as_default=False) as client:
+                client.wait_for_workers(nworkers, timeout=60)
+            yield SeparateCluster(address, procs[0], procs[1], log)
+            with Client(address, timeout=30, set_as_default=False) as client:
+                client.shutdown()
+            codes = [p.wait(timeout=30) for p in procs]
+            assert codes == [0, 0], log.read_text()[-3000:]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait(timeout=10)
+            dask.config.refresh()  # forget DASK_SCHEDULER_ADDRESS once the test unset it
+
+
+@pytest.fixture
+def start_separate_cluster(
+    s3_server: LocalS3, tmp_path: Path
+) -> Iterator[Callable[..., SeparateCluster]]:
+    """Start ``dask scheduler`` + ``dask worker --nworkers N`` as separate processes.
+
+    ``start(nworkers=2, env=None)`` returns the running :class:`SeparateCluster`. The
+    processes inherit this process's environment (the S3 endpoint and credentials) plus
+    ``env``, and are shut down through the scheduler when the test ends (both must exit
+    with 0).
+    """
+    with ExitStack() as stack:
+        count = 0
+
+        def start(nworkers: int = 2, env: dict[str, str] | None = None) -> SeparateCluster:
+            nonlocal count
+            count += 1
+            return stack.enter_context(
+                _separate_cluster(tmp_path / f"cluster-{count}", nworkers, env))
+
+        yield start
+
+
+@pytest.fixture
+def separate_cluster(start_separate_cluster: Callable[..., SeparateCluster]) -> str:
+    """The address of a separate-process cluster of two worker processes."""
+    return start_separate_cluster().address

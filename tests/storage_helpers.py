@@ -59,4 +59,22 @@ def plain_rows(table: pa.Table) -> list[dict[str, Any]]:
         col.cast(pa.int64()) if pa.types.is_timestamp(col.type) else col for col in table.columns
     ]
     rows = pa.Table.from_arrays(columns, names=table.column_names).to_pylist()
-    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True))
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))  # dates
+
+
+def committed_rows(out: Path | Location, dataset: str) -> list[dict[str, Any]]:
+    """The rows of ``dataset`` in the run committed under ``out`` (:func:`plain_rows`)."""
+    from pipeline.io.commit import read_dataset
+
+    loc = out if isinstance(out, Location) else resolve(str(out))
+    return plain_rows(read_dataset(loc, dataset))
+
+
+def small_fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four small generated sessions (recorded plans, cards, packets, resets; seed 11) in
+    a new folder: a fleet that replays in about a second."""
+    from pipeline.io.fleet import write_fleet
+
+    root = tmp_path_factory.mktemp("fleet")
+    write_fleet(resolve(str(root)), sessions=4, seed=11, size_scale=0.5)
+    return root

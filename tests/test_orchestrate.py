@@ -10,10 +10,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
-import os
 import random
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -21,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import dask
 import fsspec
 import pytest
 from distributed import Client
@@ -33,7 +29,7 @@ import pipeline.orchestrate as orchestrate
 from pipeline.errors import OutputInsideArchiveError, UsageError
 from pipeline.io.commit import read_dataset, read_manifest
 from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import LocalS3, free_port
+from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import Listing, Location, SessionObject, enumerate_sessions, resolve
 from pipeline.layout import SessionKey
 from pipeline.orchestrate import (
@@ -174,47 +170,6 @@ def test_run_audit_on_a_local_cluster_reports_every_injected_fault(
     out = resolve(f"s3://{BUCKET}/audit")
     summary = run_audit(faulty_archive, out, workers=2, progress=False)  # its own cluster
     check_against_truth(faulty_archive, out, summary)
-
-
-@pytest.fixture
-def separate_cluster(s3_server: LocalS3, tmp_path: Path) -> Iterator[str]:
-    """``dask scheduler`` and ``dask worker`` as separate processes; yields the address.
-
-    They inherit this process's environment (the S3 endpoint and credentials), and are
-    shut down through the scheduler at the end.
-    """
-    bin_dir = Path(sys.executable).parent
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    scratch = tmp_path / "dask-scratch"
-    env = {**os.environ, "DASK_TEMPORARY_DIRECTORY": str(scratch)}
-    log = tmp_path / "dask.log"
-    procs: list[subprocess.Popen[bytes]] = []
-    with open(log, "wb") as sink:
-        try:
-            procs.append(subprocess.Popen(
-                [str(bin_dir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                 "--dashboard-address", "127.0.0.1:0"],
-                env=env, stdout=subprocess.DEVNULL, stderr=sink,
-            ))
-            procs.append(subprocess.Popen(
-                [str(bin_dir / "dask"), "worker", address, "--nworkers", "2", "--nthreads", "1",
-                 "--local-directory", str(scratch)],
-                env=env, stdout=subprocess.DEVNULL, stderr=sink,
-            ))
-            with Client(address, timeout=30, set_as_default=False) as client:
-                client.wait_for_workers(2, timeout=60)
-            yield address
-            with Client(address, timeout=30, set_as_default=False) as client:
-                client.shutdown()
-            codes = [p.wait(timeout=30) for p in procs]
-            assert codes == [0, 0], log.read_text()[-3000:]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-                    p.wait(timeout=10)
-            dask.config.refresh()  # forget DASK_SCHEDULER_ADDRESS once the test unset it
 
 
 @pytest.mark.slow

@@ -178,13 +178,23 @@ def test_check_output_refuses_an_output_inside_the_archive(root: str, out: str) 
     ("s3://b/archive", "s3://b/archive2"),
     ("s3://b/archive", "s3://b/out"),
     ("s3://b/archive", "s3://other/archive"),
-    ("s3://b/archive/sub", "s3://b/archive"),
     ("/data/archive", "/data/archive-out"),
     ("/data/archive", "s3://data/archive/out"),
     ("memory://data/archive", "/data/archive/out"),
 ])
 def test_check_output_accepts_outputs_elsewhere(root: str, out: str) -> None:
     check_output(resolve(root), resolve(out))
+
+
+@pytest.mark.parametrize("root, out", [
+    ("s3://b/archive/sub", "s3://b/archive"),
+    ("s3://b/reports/archive", "s3://b/reports"),
+    ("/data/out/archive", "/data/out"),
+])
+def test_check_output_refuses_an_archive_inside_the_output(root: str, out: str) -> None:
+    # A commit there could write over the archive (OUT/archive) or delete from it.
+    with pytest.raises(OutputInsideArchiveError, match="inside the output"):
+        check_output(resolve(root), resolve(out))
 
 
 # --- enumeration over every kind of storage -----------------------------------------------

@@ -8,7 +8,8 @@ delete the files of the previous run, and write ``OUT/_SUCCESS`` last.
 A run that fails before the commit leaves the previous output untouched (its files and
 its manifest). A crash inside the commit leaves the previous manifest in force; readers
 that go through the manifest (:func:`read_dataset`) always see one complete run, and
-the next run removes the stray files.
+the next run removes the stray files. A client killed before its commit leaves its
+staging folder; the next commit removes the staging folders of older runs.
 """
 
 from __future__ import annotations
@@ -128,14 +129,39 @@ class StagedRun:
                 if dataset in self._files:
                     continue
                 keep = set(names)
+                # A fresh listing: strays of a run killed in another process are not in
+                # a listing this process cached before.
+                fs.invalidate_cache(self.out.join(dataset))
                 for path in fs.ls(self.out.join(dataset), detail=False):
                     if posixpath.basename(path) not in keep:
                         fs.rm(path, recursive=True)
             fs.pipe_file(self.out.join(SUCCESS), self.run_id.encode())
+            self._remove_stale_staging()
             self.abort()
         except storage_errors() as err:
             raise CommitError(f"{self.out.url}: commit of run {self.run_id} failed: {err}") from err
         return manifest
+
+    def _remove_stale_staging(self) -> None:
+        """Remove the staging folders of runs older than this one (a client killed before
+        its commit leaves its folder behind; nothing else ever removes it).
+
+        Run ids sort by start time; a younger folder may belong to a run still going and
+        is left alone (one run at a time per output is the rule, see docs/audit.md).
+        Best effort: a leftover costs space, never correctness.
+        """
+        fs = self.out.filesystem()
+        staging = self.out.join(STAGING)
+        try:
+            fs.invalidate_cache(staging)
+            if not fs.exists(staging):
+                return
+            for path in fs.ls(staging, detail=False):
+                name = posixpath.basename(path.rstrip("/"))
+                if name < self.run_id:
+                    fs.rm(path, recursive=True)
+        except storage_errors():
+            pass
 
     def abort(self) -> None:
         """Remove this run's staging folder (the previous output is untouched)."""
@@ -165,6 +191,9 @@ def read_dataset(out: Location, dataset: str) -> pa.Table:
     if manifest is None or dataset not in manifest["datasets"]:
         raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")
     fs = out.filesystem()
+    # The manifest is read fresh; a listing cached by this process before another one
+    # committed would not know its files.
+    fs.invalidate_cache(out.join(dataset))
     tables = [
         pq.read_table(out.join(dataset, name), filesystem=fs)
         for name in manifest["datasets"][dataset]["files"]

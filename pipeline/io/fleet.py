@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import calendar
+import hashlib
 import json
 import posixpath
+import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from pipeline.generate import generate_fleet
 from pipeline.io.storage import Location, storage_error, storage_errors
+from pipeline.reader import parse_entry
+from pipeline.wire import RawEntry, rfc3339_ns, serialize, uuid7
 
 GROUND_TRUTH = "ground-truth.json"
 
@@ -62,3 +68,111 @@ def write_fleet(out: Location, *, sessions: int, seed: int, faults: bool = False
     except storage_errors() as err:
         raise storage_error(err, out.url) from err
     return WrittenFleet(len(truth), total, truth_path)
+
+
+def _ts_ns(ts: str) -> int:
+    """Nanoseconds since the epoch of a valid entry's ``ts`` (RFC 3339, ``Z``)."""
+    whole, _, frac = ts[:-1].partition(".")
+    seconds = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S"))
+    return seconds * 1_000_000_000 + int(frac.ljust(9, "0") or 0)
+
+
+def grow_session(root: Location, path: str, *, entries: int = 3, seed: int = 0) -> int:
+    """Append ``entries`` valid entries to one session, as vak's writer would.
+
+    The new entries continue the head: a directive, the assistant's answer (with usage)
+    and its receipt, repeated as needed, each chained to the line before it
+    (``prev_hash``), parented on the entry before it, one second apart after the head's
+    ``ts``. An audit of the grown session finds nothing new: it has a new turn and,
+    from the second entry on, a new request. For exercising incremental runs (the
+    nightly audit's tests and benchmark).
+
+    Parameters
+    ----------
+    root:
+        The archive.
+    path:
+        The session's path relative to ``root``.
+    entries:
+        How many entries to append.
+    seed:
+        Seeds the new entries' ids.
+
+    Returns
+    -------
+    int
+        Bytes appended.
+
+    Raises
+    ------
+    ValueError
+        When the session's last line is not a complete, valid entry (vak would append
+        onto a torn tail: growing it would not be a clean append).
+    """
+    fs = root.filesystem()
+    full = root.join(path)
+    try:
+        data = fs.cat_file(full)
+    except storage_errors() as err:
+        raise storage_error(err, root.url) from err
+    lines = data.split(b"\n")
+    if len(lines) < 2 or lines[-1]:
+        raise ValueError(f"{path}: the last line is torn (no newline)")
+    head, _, _ = parse_entry(lines[-2], len(lines) - 1)
+    if head is None:
+        raise ValueError(f"{path}: the last line is not a valid entry")
+    provider, model = _provider_and_model(lines)
+    rng = random.Random(seed)
+    prev_hash = hashlib.sha256(lines[-2]).hexdigest()
+    parent, ns = head.id, _ts_ns(head.ts)
+    out: list[bytes] = []
+    u = {"input_tokens": 12, "output_tokens": 48, "cache_read_input_tokens": 900,
+         "cache_creation_input_tokens": 0}
+    for i in range(entries):
+        ns += 1_000_000_000
+        ident = uuid7(ns // 1_000_000, rng.getrandbits(74))
+        step = i % 3
+        payload: dict[str, Any]
+        if step == 0:
+            kind, payload = "message", {"message": {"role": "user", "content": [
+                {"type": "text", "text": f"Next step {i // 3 + 1}: check the ledger tail."}]}}
+        elif step == 1:
+            kind, payload = "message", {
+                "message": {"role": "assistant", "content": [
+                    {"type": "text", "text": "Checked: the tail verifies."}]},
+                "meta": {"model": model, "stop_reason": "end_turn", "usage": u}}
+        else:
+            kind, payload = "receipt", {
+                "purpose": "execute", "provider": provider, "model": model,
+                "winning_attempt": 0,
+                "attempts": [{"ordinal": 0, "reason": "initial", "domain": "unknown",
+                              "settlement": "ok", "latency_ms": 1200, "usage": u}]}
+        line = serialize(RawEntry(ident, parent, rfc3339_ns(ns), None, kind, payload),
+                         prev_hash=prev_hash)
+        out.append(line)
+        prev_hash, parent = hashlib.sha256(line[:-1]).hexdigest(), ident
+    suffix = b"".join(out)
+    try:
+        if root.protocol == "file":
+            with fs.open(full, "ab") as f:
+                f.write(suffix)
+        else:  # object stores have no append: the object is written again
+            fs.pipe_file(full, data + suffix)
+    except storage_errors() as err:
+        raise storage_error(err, root.url) from err
+    return len(suffix)
+
+
+def _provider_and_model(lines: list[bytes]) -> tuple[str, str]:
+    """The provider and model of a session's last receipt (else its header's contract)."""
+    for n in range(len(lines) - 1, -1, -1):
+        if b'"kind":"receipt"' not in lines[n] and n:
+            continue
+        entry, _, _ = parse_entry(lines[n], n + 1)
+        if entry is None or entry.kind not in ("receipt", "header"):
+            continue
+        source = entry.data.get("contract") if entry.is_header else entry.data
+        if isinstance(source, dict) and isinstance(source.get("provider"), str) \
+                and isinstance(source.get("model"), str):
+            return source["provider"], source["model"]
+    return "anthropic", "claude-sonnet-4-5"

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import fsspec
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from pipeline.errors import EmptyInputError, OutputInsideArchiveError, StorageError, UsageError
+from pipeline.errors import (
+    EmptyInputError,
+    ObjectChangedError,
+    OutputInsideArchiveError,
+    StorageError,
+    UsageError,
+)
 from pipeline.layout import SessionKey, parse_session_path
+from pipeline.types import OversizeLine
 
 #: Protocols whose paths are object keys under a bucket, with no folders to create.
 OBJECT_STORES = frozenset({"s3", "gs", "gcs", "az", "abfs", "abfss"})
@@ -25,6 +34,14 @@ OBJECT_STORES = frozenset({"s3", "gs", "gcs", "az", "abfs", "abfss"})
 READ_BLOCK_BYTES = 4 * 2**20
 #: The buffer lines are cut from.
 LINE_BUFFER_BYTES = 2**20
+#: The longest line read (``--max-line-bytes``; the default of every command): a longer
+#: one is skipped unread and reported as not a valid entry, so a worker's memory stays
+#: bounded by about twice this plus the parsed entry, whatever a file holds. vak writes
+#: one line per entry, and its largest (a tool result, a bound system prompt) stay far
+#: below it.
+MAX_LINE_BYTES = 64 * 2**20
+#: Pieces the rest of an over-long line is skipped in.
+SKIP_PIECE_BYTES = 2**20
 
 # botocore retries and timeouts for S3: an unreachable endpoint should fail in seconds,
 # not after minutes of silent retries; throttling still gets adaptive backoff.
@@ -151,13 +168,34 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
     return Location(url, protocol, path.rstrip("/") or "/", options)
 
 
+def _real(loc: Location) -> Location:
+    """``loc`` with a local path's symbolic links resolved (others as they are)."""
+    if loc.protocol != "file":
+        return loc
+    return dataclasses.replace(loc, path=os.path.realpath(loc.path))
+
+
 def check_output(root: Location, out: Location) -> None:
-    """Refuse an output location that would write into the archive being read."""
-    if root.contains(out):
-        raise OutputInsideArchiveError(
-            f"output {out.url!r} lies inside the archive {root.url!r}; vakpipe never writes "
-            "into the archive it reads"
-        )
+    """Refuse an output location that overlaps the archive being read.
+
+    Either way round: an output inside the archive writes into it, and an archive inside
+    the output could be written over by a commit (``OUT/archive`` of ``compact
+    --write-archive``) or deleted by one (the stray files of a dataset folder). Local
+    paths are compared with their symbolic links resolved, so a link cannot hide one
+    inside the other.
+    """
+    for a, b in ((root, out), (_real(root), _real(out))):
+        if a.contains(b):
+            raise OutputInsideArchiveError(
+                f"output {out.url!r} lies inside the archive {root.url!r}; vakpipe never "
+                "writes into the archive it reads"
+            )
+        if b.contains(a):
+            raise OutputInsideArchiveError(
+                f"the archive {root.url!r} lies inside the output {out.url!r}; a commit "
+                "there could overwrite or delete archive objects: choose an output "
+                "beside the archive"
+            )
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -182,6 +220,57 @@ class Listing:
     def total_bytes(self) -> int:
         """Sum of the session objects' sizes."""
         return sum(s.size for s in self.sessions)
+
+
+def object_version(info: dict[str, Any]) -> str | None:
+    """The version token of an object from its fsspec ``info``: its ETag, unquoted.
+
+    Local files have no ETag: their modification time stands in (with the size beside
+    it, an unchanged file is recognised as unchanged). ``None`` when the storage gives
+    neither (``memory://``).
+    """
+    etag = info.get("ETag") or info.get("etag")
+    if not etag and info.get("mtime") is not None:
+        etag = f"mtime:{info['mtime']!r}"
+    return str(etag).strip('"') if etag else None
+
+
+def refresh_object(root: Location, obj: SessionObject) -> SessionObject:
+    """``obj`` as it is now: its size and version looked up again, past any cached
+    listing (before a re-read of an object that changed).
+
+    Raises
+    ------
+    OSError, botocore and aiohttp errors
+        As the look-up fails (see :func:`storage_errors`); a vanished object is a
+        ``FileNotFoundError``.
+    """
+    fs = root.filesystem()
+    fs.invalidate_cache(obj.full_path)
+    info = fs.info(obj.full_path)
+    return dataclasses.replace(obj, size=int(info.get("size") or 0), etag=object_version(info))
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """``text`` safe to print and to quote in a summary: ASCII only, one line, bounded.
+
+    Backslashes are doubled and every other character that is not printable ASCII
+    (controls, NUL, bidirectional overrides, lookalike letters, any non-ASCII) becomes
+    its ``\\x``/``\\u`` escape, so what is shown is unambiguous and the exact key can be
+    recovered from it; a longer text is cut and says how much is left out.
+    """
+    out = []
+    for ch in text:
+        if ch == "\\":
+            out.append("\\\\")
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    escaped = "".join(out)
+    if len(escaped) > limit:
+        escaped = f"{escaped[:limit]}...(+{len(escaped) - limit} chars)"
+    return escaped
 
 
 def storage_error(err: BaseException, url: str) -> StorageError:
@@ -249,9 +338,8 @@ def enumerate_sessions(root: Location) -> Listing:
         if key is None or info.get("type", "file") != "file":
             skipped.append(relative)
             continue
-        etag = info.get("ETag") or info.get("etag")
         size = int(info.get("size") or 0)
-        sessions.append(SessionObject(key, full_path, size, etag.strip('"') if etag else None))
+        sessions.append(SessionObject(key, full_path, size, object_version(info)))
     if not sessions:
         what = f"{len(skipped)} other objects" if skipped else "nothing"
         raise EmptyInputError(f"{root.url}: no session ledgers found ({what} under it)")
@@ -259,21 +347,104 @@ def enumerate_sessions(root: Location) -> Listing:
     return Listing(sessions, len(skipped), tuple(sorted(skipped)[:5]))
 
 
+#: Sees every byte read from an object, in order (a spool, a checkpoint's hasher).
+Tap = Callable[[bytes], object]
+
+
+def guarded_lines(f: Any, max_line_bytes: int = MAX_LINE_BYTES,
+                  tap: Tap | None = None) -> Iterator[bytes]:
+    """The physical lines of the binary file ``f``, none longer than ``max_line_bytes``.
+
+    A line whose bytes (newline excluded) exceed the limit is skipped in pieces, never
+    held whole, and yielded as an :class:`~pipeline.types.OversizeLine` in its place,
+    so line numbers stay physical. ``tap`` gets every byte as read: each line, and an
+    over-long line piece by piece.
+    """
+    readline = f.readline
+    limit = max_line_bytes
+    # readline from C, one Python check per line: the guard costs ~0.1 us a line.
+    for line in iter(partial(readline, limit + 1), b""):
+        if len(line) > limit and line[-1:] != b"\n":
+            size = len(line)
+            if tap is not None:
+                tap(line)
+            line = b""  # dropped before the rest is read: one piece in memory at a time
+            while True:
+                piece = readline(SKIP_PIECE_BYTES)
+                size += len(piece)
+                if tap is not None and piece:
+                    tap(piece)
+                if not piece or piece[-1:] == b"\n":
+                    break
+            yield OversizeLine(size, limit, terminated=bool(piece))
+            continue
+        if tap is not None:
+            tap(line)
+        yield line
+
+
 @contextmanager
-def open_lines(root: Location, obj: SessionObject) -> Iterator[Iterator[bytes]]:
+def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_LINE_BYTES,
+               tap: Tap | None = None) -> Iterator[Iterator[bytes]]:
     """Open one session object for streamed, line-by-line reading.
 
-    Yields an iterator of physical lines (bytes, with their ``\\n``). Errors are left
-    to the caller, which reports them per object.
+    Yields an iterator of physical lines (bytes, with their ``\\n``), lines over
+    ``max_line_bytes`` replaced by markers (see :func:`guarded_lines`, which also says
+    what ``tap`` sees). Errors are left to the caller, which reports them per object.
+
+    The lines are those of one version of the object, the one ``obj`` names (its ETag,
+    or a local file's modification time, and size, as listed): when the object is
+    another version once opened, or changes while it is read, the block raises
+    :class:`~pipeline.errors.ObjectChangedError` (the caller may look it up again with
+    :func:`refresh_object` and read it once more). On S3, s3fs sends the ETag it opened
+    as ``If-Match`` with every ranged GET, so a replacement between two of them fails
+    the read instead of splicing two versions; a local file is looked at again after
+    its last line.
     """
     fs = root.filesystem()
     if isinstance(fs, LocalFileSystem):
         # The OS file directly: fsspec's local wrapper adds a Python call per buffer fill.
         with open(obj.full_path, "rb", buffering=LINE_BUFFER_BYTES) as f:
-            yield iter(f)
+            _check_version(obj, _stat_info(f), "since it was listed")
+            yield guarded_lines(f, max_line_bytes, tap)
+            _check_version(obj, _stat_info(f), "while it was read")
         return
-    with fs.open(obj.full_path, "rb", block_size=READ_BLOCK_BYTES) as raw:
-        # fsspec's own readline is slow; a C BufferedReader on top cuts lines fast. Its
-        # buffer is smaller than the request size (requests stay READ_BLOCK_BYTES, as
-        # the file object caches its block) so the lines are cut from cache-warm memory.
-        yield iter(io.BufferedReader(raw, LINE_BUFFER_BYTES))
+    try:
+        with fs.open(obj.full_path, "rb", block_size=READ_BLOCK_BYTES) as raw:
+            # What the file object opened (a HEAD, or the cached listing).
+            _check_version(obj, getattr(raw, "details", None) or {}, "since it was listed")
+            # fsspec's own readline is slow; a C BufferedReader on top cuts lines fast.
+            # Its buffer is smaller than the request size (requests stay
+            # READ_BLOCK_BYTES, as the file object caches its block) so the lines are
+            # cut from cache-warm memory.
+            yield guarded_lines(io.BufferedReader(raw, LINE_BUFFER_BYTES), max_line_bytes,
+                                tap)
+    except _expired_errors() as err:
+        raise ObjectChangedError(f"changed while it was read ({err})") from err
+
+
+def _stat_info(f: Any) -> dict[str, Any]:
+    st = os.fstat(f.fileno())
+    return {"size": st.st_size, "mtime": st.st_mtime}
+
+
+def _check_version(obj: SessionObject, info: dict[str, Any], when: str) -> None:
+    """Raise :class:`ObjectChangedError` when ``info`` is not the version ``obj`` names
+    (nothing to compare when either has no version)."""
+    version = object_version(info)
+    if obj.etag is None or version is None:
+        return
+    size = info.get("size")
+    if version != obj.etag or (size is not None and int(size) != obj.size):
+        raise ObjectChangedError(
+            f"changed {when}: version {obj.etag} of {obj.size:,} bytes listed, "
+            f"{version} of {'?' if size is None else f'{int(size):,}'} bytes found")
+
+
+def _expired_errors() -> tuple[type[BaseException], ...]:
+    """s3fs's error for a read whose object was replaced (a failed ``If-Match``)."""
+    try:
+        from s3fs.utils import FileExpired
+    except ImportError:  # pragma: no cover - s3fs is only needed for s3://
+        return ()
+    return (FileExpired,)

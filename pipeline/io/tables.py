@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.audit import USAGE_KINDS
+from pipeline.audit import USAGE_FIELDS, USAGE_KINDS, SessionAudit
 from pipeline.types import Finding
 
 _TS = pa.timestamp("ns", tz="UTC")
@@ -58,16 +58,124 @@ FINDINGS_SCHEMA = pa.schema(
     ]
 )
 
+#: One row per usage-bearing record: an assistant message's ``meta.usage`` (kind
+#: ``message``) or a receipt attempt's (``attempt``); billed / effective / waste per
+#: ``docs/cost-rules.md``.
+USAGE_SCHEMA = pa.schema(
+    [
+        ("session_path", pa.string()),
+        ("session_id", pa.string()),
+        ("agent", pa.string()),
+        ("entry_id", pa.string()),
+        ("request_id", pa.string()),
+        ("kind", pa.string()),
+        ("purpose", pa.string()),
+        ("ordinal", pa.int32()),
+        ("settlement", pa.string()),
+        ("winning", pa.bool_()),
+        ("ts", _TS),
+        ("day", pa.date32()),
+        ("provider", pa.string()),
+        ("model", pa.string()),
+        ("on_active_chain", pa.bool_()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("cache_read_tokens", pa.int64()),
+        ("cache_write_tokens", pa.int64()),
+        ("billed", pa.bool_()),
+        ("effective", pa.bool_()),
+        ("waste", pa.string()),
+    ]
+)
+
 #: Dataset name -> schema, in the order a run writes them.
 DATASETS: dict[str, pa.Schema] = {
     "integrity/sessions": SESSIONS_SCHEMA,
     "integrity/findings": FINDINGS_SCHEMA,
+    "usage": USAGE_SCHEMA,
 }
 
 
 def sessions_table(rows: list[dict[str, Any]]) -> pa.Table:
     """One ``integrity/sessions`` table from audit rows (missing columns are null)."""
     return pa.Table.from_pylist(rows, schema=SESSIONS_SCHEMA)
+
+
+def _timestamps(texts: pa.Array) -> pa.Array:
+    try:
+        return texts.cast(_TS)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        # A valid RFC 3339 instant outside what nanoseconds hold (year 2262 on) is null.
+        out = []
+        for t in texts:
+            try:
+                out.append(t.cast(_TS))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                out.append(pa.scalar(None, _TS))
+        return pa.array(out, _TS)
+
+
+#: Usage rows converted at a time: a large session's rows are freed as its table grows.
+USAGE_CHUNK = 1 << 16
+_USAGE_RECORD = pa.struct([(n, pa.string() if n == "ts" else USAGE_SCHEMA.field(n).type)
+                           for n in USAGE_FIELDS])
+
+
+def _usage_batch(rows: list[tuple[Any, ...]], sessions: list[tuple[Any, Any, Any]],
+                 which: list[int]) -> pa.RecordBatch:
+    # One conversion of the row tuples as structs (a C++ pass), then its fields.
+    data = dict(zip(USAGE_FIELDS, pa.array(rows, type=_USAGE_RECORD).flatten(), strict=True))
+    # The session's own columns are the same on all its rows: taken, not converted per row.
+    index = pa.array(which, pa.int32())
+    for name, values in zip(("session_path", "session_id", "agent"), zip(*sessions, strict=True),
+                            strict=True):
+        data[name] = pa.array(values, pa.string()).take(index)
+    data["ts"] = _timestamps(data["ts"])
+    data["day"] = data["ts"].cast(pa.date32())
+    return pa.RecordBatch.from_arrays([data[n] for n in USAGE_SCHEMA.names], schema=USAGE_SCHEMA)
+
+
+def usage_table(audits: Iterable[SessionAudit]) -> pa.Table:
+    """One ``usage`` table from the usage rows of session audits (one per record).
+
+    Consumes the rows: each audit's ``usage`` list is emptied as it is converted,
+    ``USAGE_CHUNK`` rows at a time, so the rows of a large session and its table are never
+    both whole in memory (a 1 GB session has ~3·10⁵ rows).
+    """
+    batches: list[pa.RecordBatch] = []
+    rows: list[tuple[Any, ...]] = []
+    sessions: list[tuple[Any, Any, Any]] = []
+    which: list[int] = []
+
+    def flush() -> None:
+        if rows:
+            batches.append(_usage_batch(rows, sessions, which))
+        rows.clear()
+        sessions.clear()
+        which.clear()
+
+    for a in audits:
+        usage = a.usage
+        if not usage:
+            continue
+        session = (a.row["session_path"], a.row.get("session_id"), a.row["agent"])
+        if len(usage) <= USAGE_CHUNK:  # small sessions travel together
+            if len(rows) + len(usage) > USAGE_CHUNK:
+                flush()
+            which += [len(sessions)] * len(usage)
+            sessions.append(session)
+            rows += usage
+            usage.clear()
+            continue
+        flush()
+        parts = []
+        while usage:  # from the end: each chunk's tuples are freed once converted
+            chunk = usage[-USAGE_CHUNK:]
+            del usage[-USAGE_CHUNK:]
+            parts.append(_usage_batch(chunk, [session], [0] * len(chunk)))
+        batches += reversed(parts)
+    flush()
+    return pa.Table.from_batches(batches, schema=USAGE_SCHEMA)
 
 
 def findings_table(items: Iterable[tuple[str, Finding]]) -> pa.Table:
@@ -181,3 +289,16 @@ def compaction_counts(table: pa.Table) -> dict[str, int]:
     superseded = pc.sum(table["superseded"]).as_py() or 0 if table.num_rows else 0
     return {"sessions_needing_packets": needing, "packets": table.num_rows,
             "packets_superseded": superseded}
+
+
+CHECKPOINTS_SCHEMA = pa.schema(
+    [
+        ("session_path", pa.string()),
+        ("verified_bytes", pa.int64()),
+        ("prefix_sha256", pa.string()),
+        ("entries", pa.int64()),
+        ("head_hash", pa.string()),
+        ("etag", pa.string()),
+        ("size", pa.int64()),
+    ]
+)

@@ -1,0 +1,384 @@
+"""Row 4: hostile lines (200k-deep nesting, NaN, invalid UTF-8, a 64 MiB line, ...) are
+reported as the line they are, in bounded memory, and never crash anything; and the
+"Also" items of the issue: the ``--max-line-bytes`` guard and the limits on what a
+finding may quote.
+
+A hostile line is never a valid entry, so spec 2.1 classifies it by its successor:
+written between two entries the next one chains across (a torn write sealed by a
+newline), it is ``torn_write_recovered``; written *over* an entry the next one names,
+``damaged_entry``; as the last line, ``torn_tail``. Every other entry is read.
+
+A line longer than ``--max-line-bytes`` (default 64 MiB) is never held whole: the IO
+layer skips it in pieces and hands the reader a marker, reported like any line that is
+not a valid entry, its detail naming the limit. The spool of a replay and a nightly
+checkpoint still see its exact bytes, so compacted copies and checkpoints stay exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ledgers import LedgerBuilder, dumps, sample_session, session_key, sha
+
+from pipeline.audit import audit_session
+from pipeline.checkpoint import PrefixHasher
+from pipeline.cli import run
+from pipeline.io.commit import read_dataset
+from pipeline.io.storage import MAX_LINE_BYTES, SessionObject, guarded_lines, resolve
+from pipeline.layout import parse_session_path
+from pipeline.orchestrate import redacted
+from pipeline.partitions import audit_batch
+from pipeline.reader import MAX_DETAIL_CHARS, Entry, read_ledger
+from pipeline.replay_partitions import ReplayOptions, replay_batch
+from pipeline.types import OversizeLine, Severity
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "big_session.py"
+ENVELOPE = (b'{"id":"0199a1f2-6a00-7000-8000-0000000000ff","parent_id":null,'
+            b'"ts":"2026-09-21T14:13:20Z","kind":"message",')
+
+HOSTILE: dict[str, bytes] = {
+    "200k-deep arrays": b"[" * 200_000 + b"]" * 200_000,
+    "200k-deep objects": b'{"a":' * 200_000 + b"1" + b"}" * 200_000,
+    "200k-deep payload in an envelope": ENVELOPE + b'"message":' + b"[" * 200_000
+    + b"]" * 200_000 + b"}",
+    # under orjson's depth limit but over Python's recursion limit (the duplicate-kind
+    # check parses such a line again with json)
+    "1000-deep second kind": ENVELOPE.replace(b'"kind":"message",', b'"kind":"work",')
+    + b'"kind":' + b'{"a":' * 1000 + b"1" + b"}" * 1001,
+    "NaN": ENVELOPE + b'"x":NaN}',
+    "Infinity": ENVELOPE + b'"x":-Infinity}',
+    "a number past double": ENVELOPE + b'"x":1e999999}',
+    "invalid UTF-8": ENVELOPE + b'"x":"\xff\xfe"}',
+    "overlong UTF-8": ENVELOPE + b'"x":"\xc0\xaf"}',
+    "cut UTF-8": ENVELOPE + b'"x":"\xe2\x82"}',
+    "UTF-8 surrogate": ENVELOPE + b'"x":"\xed\xa0\x80"}',
+    "escaped lone surrogate": ENVELOPE + b'"x":"\\ud800"}',
+    "NUL and control bytes": ENVELOPE + b'"x":"\x00\x01\x1b"}',
+    "byte order mark": b'\xef\xbb\xbf{"x":1}',
+    "envelope prefixes, 100k times": b'{"id":"a","parent_id":null,"ts":"' * 100_000,
+    "10 MB of one letter": b"A" * 10_000_000,
+    "a JSON string": b'"{\\"id\\":\\"x\\"}"',
+    "null": b"null",
+    "blank": b"",
+    "carriage return": b"\r",
+}
+
+
+def ledger_with(hostile: bytes, where: str) -> tuple[bytes, int]:
+    """A small session with ``hostile`` as one line; the bytes and that line's number.
+
+    ``where``: ``between`` two entries the next chains across, ``over`` an entry the
+    next names, or ``last``.
+    """
+    b = sample_session(turns=1)
+    if where == "between":
+        b.raw(hostile)
+        at = len(b.lines)
+        b.user("and then?")
+    elif where == "over":
+        before = b.tail_id
+        b.activity("overwritten")
+        at = len(b.lines)
+        b.lines[-1].data = hostile
+        b.user("and then?", parent=before)
+    else:
+        b.raw(hostile)
+        at = len(b.lines)
+    return b.to_bytes(), at
+
+
+EXPECTED = {"between": "torn_write_recovered", "over": "damaged_entry", "last": "torn_tail"}
+
+
+@pytest.mark.parametrize("where", sorted(EXPECTED))
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_hostile_line_is_reported_as_that_line_and_nothing_else(name: str,
+                                                                   where: str) -> None:
+    data, at = ledger_with(HOSTILE[name], where)
+    result = audit_session(session_key(), guarded_lines(io.BytesIO(data)))
+    serious = [(f.line, f.code.text) for f in result.findings if f.severity >= Severity.WARNING]
+    assert serious == [(at, EXPECTED[where])]
+    assert all(len(f.detail) <= MAX_DETAIL_CHARS for f in result.findings)
+    lines = data.split(b"\n")[:-1]
+    assert result.row["entries"] == len(lines) - 1
+    assert result.row["lines"] == len(lines) and result.row["bytes"] == len(data)
+
+
+def big_line_session(folder: Path, body_bytes: int, *, chained_to_it: bool) -> Path:
+    """An archive holding one session whose third line is an entry of ``body_bytes``
+    bytes (a huge tool result), streamed to disk; the line after it chains to it (vak
+    wrote it whole) or across it."""
+    b = LedgerBuilder()
+    b.header()
+    b.user("cat the log")
+    call = b.assistant("reading", tools=["call_0"])
+    start, end = (dumps({**b.envelope("message", ident="0199a1f2-6a00-7000-8000-00000000b16b"),
+                         "message": {"role": "user", "content": [
+                             {"type": "tool_result", "tool_use_id": "call_0",
+                              "content": "@", "is_error": False}]}})
+                  .split(b"@"))
+    fill = body_bytes - len(start) - len(end)
+    path = folder / session_key().path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(start)
+    with open(path, "wb") as f:
+        f.write(b.to_bytes())
+        f.write(start)
+        piece = b"x" * 2**20
+        for i in range(0, fill, len(piece)):
+            chunk = piece[: min(len(piece), fill - i)]
+            f.write(chunk)
+            digest.update(chunk)
+        f.write(end + b"\n")
+        digest.update(end)
+        if chained_to_it:
+            b.tail_hash, b.tail_id = digest.hexdigest(), "0199a1f2-6a00-7000-8000-00000000b16b"
+        else:
+            b.tail_id = call
+        b.lines.clear()
+        b.assistant("the log is long")
+        f.write(b.to_bytes())
+    return folder
+
+
+def measure(root: Path, max_line_bytes: int | None = None) -> dict[str, object]:
+    """Audit ``root`` in a fresh process, as one audit task does; its figures."""
+    cmd = [sys.executable, str(BENCH), "--measure", str(root)]
+    if max_line_bytes is not None:
+        cmd += ["--max-line-bytes", str(max_line_bytes)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
+    figures: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return figures
+
+
+@pytest.mark.slow
+def test_a_64_mib_line_over_the_default_limit_is_damaged_in_bounded_memory(
+        tmp_path: Path) -> None:
+    root = big_line_session(tmp_path, MAX_LINE_BYTES + 1, chained_to_it=True)
+    figures = measure(root)
+    codes = [(f["line"], f["code"]) for f in figures["findings"]]  # type: ignore[attr-defined]
+    # the next entry names the skipped one: not a torn write; and its parent is gone
+    assert codes == [(4, "damaged_entry"), (5, "orphan_parent")]
+    assert "--max-line-bytes" in figures["findings"][0]["detail"]  # type: ignore[index]
+    assert figures["lines"] == 5 and figures["entries"] == 4
+    grown = int(figures["rss_peak"]) - int(figures["rss_before"])  # type: ignore[call-overload]
+    # one limit's worth read (and joined) before the line is known to be too long
+    assert grown < 3 * MAX_LINE_BYTES
+
+
+@pytest.mark.slow
+def test_a_line_far_over_the_limit_is_never_held(tmp_path: Path) -> None:
+    root = big_line_session(tmp_path, 256 * 2**20, chained_to_it=False)
+    figures = measure(root, max_line_bytes=2**20)
+    codes = [(f["line"], f["code"]) for f in figures["findings"]]  # type: ignore[attr-defined]
+    assert codes == [(4, "torn_write_recovered")]
+    assert figures["bytes"] == (root / session_key().path).stat().st_size
+    grown = int(figures["rss_peak"]) - int(figures["rss_before"])  # type: ignore[call-overload]
+    assert grown < 48 * 2**20  # a 256 MiB line, read 1 MiB at a time
+
+
+lines_strategy = st.lists(st.binary(max_size=60).map(lambda b: b.replace(b"\n", b"")),
+                          max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=lines_strategy, limit=st.integers(1, 40), torn=st.booleans(),
+       piece=st.integers(1, 7))
+def test_the_line_guard_yields_every_line_or_a_marker_and_taps_every_byte(
+        lines: list[bytes], limit: int, torn: bool, piece: int) -> None:
+    import pipeline.io.storage as storage
+
+    data = b"\n".join(lines) + (b"" if torn or not lines else b"\n")
+    tapped: list[bytes] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(storage, "SKIP_PIECE_BYTES", piece)  # many pieces for small lines
+        got = list(guarded_lines(io.BytesIO(data), limit, tapped.append))
+    assert b"".join(tapped) == data
+    physical = list(io.BytesIO(data))
+    assert len(got) == len(physical)
+    for line, real in zip(got, physical, strict=True):
+        body = real[:-1] if real.endswith(b"\n") else real
+        if len(body) > limit:
+            assert isinstance(line, OversizeLine) and line.size == len(real)
+            assert bytes(line) == real[len(body):]
+        else:
+            assert type(line) is bytes and line == real
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=lines_strategy, cuts=st.lists(st.integers(1, 9), max_size=20),
+       check_at=st.integers(0, 400))
+def test_a_checkpoint_hashed_in_pieces_is_the_one_hashed_by_line(
+        lines: list[bytes], cuts: list[int], check_at: int) -> None:
+    data = b"\n".join(lines) + b"\n" if lines else b""
+    whole, pieces = PrefixHasher(check_at), PrefixHasher(check_at)
+    for line in io.BytesIO(data):
+        whole.update(line)
+        i = 0
+        for cut in cuts:
+            if i + cut >= len(line):
+                break
+            pieces.update(line[i:i + cut])
+            i += cut
+        pieces.update(line[i:])
+    for h in (whole, pieces):
+        assert (h.digest, h.verified, h.total) == (hashlib.sha256(data).hexdigest(),
+                                                   len(data), len(data))
+    assert pieces.at_check == whole.at_check
+
+
+def test_a_replay_spools_and_checkpoints_the_exact_bytes_of_a_skipped_line(
+        tmp_path: Path) -> None:
+    root = big_line_session(tmp_path, 5000, chained_to_it=False)
+    loc = resolve(str(root))
+    path = root / session_key().path
+    obj = SessionObject(session_key(), str(path), path.stat().st_size)
+    options = ReplayOptions(max_line_bytes=1024)
+    result = redacted(replay_batch, loc, 0, [obj], options, {obj.key.path: None})
+    findings = result.findings.to_pylist()
+    assert [(f["line"], f["code"]) for f in findings] == [(4, "torn_write_recovered")]
+    assert "1,024 bytes" in findings[0]["detail"]
+    checkpoint = result.extra["checkpoints"].to_pylist()[0]
+    data = path.read_bytes()
+    assert checkpoint["verified_bytes"] == len(data)
+    assert checkpoint["prefix_sha256"] == hashlib.sha256(data).hexdigest()
+    # the entries around it still replay: both requests of the session
+    assert result.extra["requests"].num_rows == 2
+
+
+def test_the_line_limit_reaches_every_command(tmp_path: Path, dask_scheduler: str) -> None:
+    root = big_line_session(tmp_path / "archive", 3000, chained_to_it=True)
+    for command in (["audit"], ["audit", "--replay"], ["replay"], ["compact"], ["nightly"]):
+        out = tmp_path / "out" / "-".join(command)
+        code = run([*command, str(root), "--out", str(out), "--scheduler", dask_scheduler,
+                    "--max-line-bytes", "2KiB", "--no-progress"])
+        assert code == 0, command
+        if command == ["nightly"]:
+            out = next(out.glob("date=*"))
+        detail = read_dataset(resolve(str(out)), "integrity/findings").to_pylist()
+        assert [(f["line"], f["code"]) for f in detail] == [(4, "damaged_entry"),
+                                                          (5, "orphan_parent")], command
+        assert "2,048 bytes" in detail[0]["detail"], command
+    # and the default reads the line whole
+    out = tmp_path / "out" / "default"
+    assert run(["audit", str(root), "--out", str(out), "--scheduler", dask_scheduler,
+                "--no-progress"]) == 0
+    assert read_dataset(resolve(str(out)), "integrity/findings").num_rows == 0
+
+
+def test_a_bad_line_limit_is_exit_2() -> None:
+    assert run(["audit", "/nowhere", "--out", "/nowhere-out", "--max-line-bytes", "0"]) == 2
+    assert run(["audit", "/nowhere", "--out", "/nowhere-out", "--max-line-bytes", "5TB"]) == 2
+
+
+# -- what a finding may quote ------------------------------------------------------------
+
+LONG = "Ω" * 5000
+
+
+def hostile_session() -> bytes:
+    """Valid entries with hostile long ids, kinds, parents, prev_hashes and directory
+    names, and a damaged line quoting nothing but what orjson says."""
+    b = sample_session(turns=1)
+    b.entry("x" * 3000 + "-kind", {"note": LONG}, ident="id-" + LONG)
+    b.entry("activity", {"data": {}}, ident="id-" + LONG)  # duplicate id
+    b.entry("activity", {"data": {}}, parent="parent-" + LONG)  # orphan
+    b.entry("activity", {"data": {}}, prev_hash="hash-" + LONG)  # mismatch
+    b.raw(b'{"id":"' + LONG.encode() + b'"' + b"\xff" * 3000)
+    b.user("the end")
+    return b.to_bytes()
+
+
+def test_nothing_longer_than_the_detail_limit_reaches_the_findings(tmp_path: Path) -> None:
+    data = hostile_session()
+    result = audit_session(session_key(), io.BytesIO(data))
+    codes = {f.code.text for f in result.findings}
+    assert {"unknown_kind", "duplicate_id", "orphan_parent", "hash_mismatch",
+            "torn_write_recovered"} <= codes
+    assert all(len(f.detail) <= MAX_DETAIL_CHARS for f in result.findings)
+    # through a task: the finding's entry id is bounded too
+    path = tmp_path / session_key().path
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    obj = SessionObject(session_key(), str(path), len(data))
+    table = redacted(audit_batch, resolve(str(tmp_path)), 0, [obj]).findings
+    for column in ("detail", "entry_id"):
+        values = [v for v in table[column].to_pylist() if v is not None]
+        assert values and max(len(v) for v in values) <= MAX_DETAIL_CHARS, column
+
+
+def test_the_audit_output_never_echoes_a_long_input(tmp_path: Path, dask_scheduler: str,
+                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "archive"
+    path = root / session_key().path
+    path.parent.mkdir(parents=True)
+    path.write_bytes(hostile_session())
+    assert run(["audit", str(root), "--out", str(tmp_path / "out"), "--scheduler",
+                dask_scheduler, "--no-progress"]) == 0
+    out, err = capfd.readouterr()
+    assert "ΩΩΩΩΩ" not in out + err and "x" * 100 not in out + err
+
+
+def test_entries_around_a_skipped_line_are_the_intact_ones() -> None:
+    b = sample_session(turns=1)
+    b.raw(b"[" * 5000)
+    b.user("after")
+    data = b.to_bytes()
+    guarded = [e.digest for e in read_ledger(guarded_lines(io.BytesIO(data), 1000))
+               if isinstance(e, Entry)]
+    assert guarded == [sha(line) for line in b.bodies() if not line.startswith(b"[")]
+
+
+# -- found while building the matrix: payloads of the wrong type --------------------------
+
+#: Values of every JSON type, and integers past what an int64 column or sum holds.
+WRONG = [2**64 - 1, 2**62, -1, 1.5, True, None, [], {}, "x", [1, "a"], {"a": 1}]
+
+
+def _retyped(value: object, rnd: random.Random, *, top: bool = False) -> object:
+    """``value`` with about a third of its payload leaves replaced by values of other
+    types (the envelope kept, so the entries stay valid)."""
+    if isinstance(value, dict):
+        return {k: v if top and k in ("id", "parent_id", "ts", "prev_hash", "at_turn", "kind")
+                else _retyped(v, rnd) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_retyped(v, rnd) for v in value]
+    return rnd.choice(WRONG) if rnd.random() < 0.3 else value
+
+
+@pytest.mark.xfail(strict=True, raises=(OverflowError, TypeError, AttributeError, ValueError),
+                   reason="payload fields of another type than vak writes "
+                   "crash a task (OverflowError in the usage sums and int columns, "
+                   "unhashable block types in is_directive, a non-string model in the "
+                   "catalog lookup, ArrowTypeError building the requests table): one such "
+                   "session fails the whole run. Reported to the lead; not a matrix row")
+def test_payloads_of_the_wrong_type_never_crash_a_task(tmp_path: Path) -> None:
+    from pipeline.compaction import CompactionOptions
+    from pipeline.generate import generate_session
+    from pipeline.summarise import get_summariser
+
+    options = ReplayOptions(planner=True, compaction=CompactionOptions(
+        get_summariser("cards"), window=3000))
+    for seed in range(8):
+        rnd = random.Random(seed)
+        s = generate_session(seed, turns=4)
+        root = tmp_path / str(seed)
+        path = root / s.path
+        path.parent.mkdir(parents=True)
+        with open(path, "wb") as f:
+            for line in s.lines():
+                f.write(dumps(_retyped(json.loads(line), rnd, top=True)) + b"\n")
+        key = parse_session_path(s.path)
+        assert key is not None
+        obj = SessionObject(key, str(path), path.stat().st_size)
+        audit_batch(resolve(str(root)), 0, [obj])
+        replay_batch(resolve(str(root)), 0, [obj], options)
