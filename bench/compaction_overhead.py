@@ -55,7 +55,7 @@ from pipeline.projection import get_rule_set
 from pipeline.reader import Entry, read_ledger
 from pipeline.replay_partitions import ReplayOptions
 from pipeline.session_replay import replay_session
-from pipeline.summarise import CardsSummariser
+from pipeline.summarise_cards import CardsSummariser
 from pipeline.tokens import get_tokenizer
 
 MB = 1_000_000

@@ -19,7 +19,7 @@ from pipeline.io.local_s3 import local_s3
 from pipeline.io.storage import Location, resolve
 from pipeline.orchestrate import dask_client, run_audit
 from pipeline.replay_partitions import ReplayOptions
-from pipeline.summarise import CardsSummariser
+from pipeline.summarise_cards import CardsSummariser
 
 BUCKET = "vakpipe-demo"
 #: The compaction what-ifs: folder suffix, window scale, how the line names it.

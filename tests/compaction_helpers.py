@@ -23,7 +23,8 @@ from pipeline.layout import SessionKey, parse_session_path
 from pipeline.projection import get_rule_set
 from pipeline.reader import Entry, read_ledger
 from pipeline.replay import ReplayEngine, RequestReplay
-from pipeline.summarise import CardsSummariser, Summariser, Summary, SummaryRequest
+from pipeline.summarise import Summariser, Summary, SummaryRequest
+from pipeline.summarise_cards import CardsSummariser
 from pipeline.tokens import get_tokenizer
 
 RULES = get_rule_set("v1")

@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from storage_helpers import BUCKET, plain_rows
 
-from pipeline import summarise
+from pipeline import summarise_cards as summarise
 from pipeline.catalog import Capacity, load_catalog
 from pipeline.cli import EXIT_OK, EXIT_UNUSABLE, run
 from pipeline.compaction import (
@@ -53,7 +53,7 @@ from pipeline.io.commit import read_dataset, read_manifest
 from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import Location, resolve
 from pipeline.scopes import supersede_summaries
-from pipeline.summarise import CardsSummariser
+from pipeline.summarise_cards import CardsSummariser
 from pipeline.tokens import get_tokenizer
 
 #: Sessions of the engine tests: (seed, turns). 0, 4 and 6 have resets; 2 and 10 have
@@ -584,7 +584,7 @@ def test_compact_on_s3_with_a_distributed_cluster(s3: LocalS3, scheduler: str,
     assert not fs.exists(loc.join("_staging"))
 
 
-# --- the cards summariser's memos (pipeline/summarise.py) -------------------------------
+# --- the cards summariser's memos (pipeline/summarise_cards.py) -------------------------------
 # A compaction engine summarises ever broader ranges of the same turns; the summariser
 # memoises normalised cards and the token counts of lines. Neither may change a byte.
 

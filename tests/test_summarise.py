@@ -14,7 +14,6 @@ from pipeline.audit import is_directive
 from pipeline.errors import PipelineError, UsageError
 from pipeline.io.http_summariser import HttpSummariser
 from pipeline.summarise import (
-    CardsSummariser,
     Detail,
     Summariser,
     SummariserError,
@@ -24,6 +23,7 @@ from pipeline.summarise import (
     request_from_turns,
     seed_prefix,
 )
+from pipeline.summarise_cards import CardsSummariser
 from pipeline.tokens import get_tokenizer
 from pipeline.turns import TurnIndex
 
