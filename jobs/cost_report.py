@@ -22,7 +22,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from pipeline.cost_html import CostPage, hint_counts, packet_summary, render, saturation_bins
-from pipeline.costs import CostReport, in_window, price_usage, unknown_lines
+from pipeline.costs import CostReport, drop_copies, in_window, price_usage, unknown_lines
 from pipeline.errors import UsageError
 from pipeline.io.commit import read_dataset, read_manifest
 from pipeline.io.storage import Location, storage_error, storage_errors
@@ -43,6 +43,8 @@ class CostOutcome:
     rows: int
     totals: CostReport
     grouped: CostReport
+    #: Usage records dropped as copies of a request another file holds (resumed, forked).
+    copies: int = 0
 
 
 def _optional(out: Location, dataset: str) -> pa.Table | None:
@@ -143,6 +145,7 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
         raise UsageError("the HTML report needs plotly: pip install 'vakpipe[report]'") from err
     prices = load_prices(prices_path)
     usage, requests, compaction, run_id = _read(out)
+    usage, copies = drop_copies(usage)
     usage = in_window(usage, since, until)
     if requests is not None and (since is not None or until is not None):
         # A request's day is its message's: keep the requests the window's usage names.
@@ -168,7 +171,7 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
         out, url=f"{out.url.rstrip('/')}/{REPORT_DIR}", path=out.join(REPORT_DIR))
     files = publish(dest, {COSTS_PARQUET: parquet, COSTS_CSV: csv,
                            REPORT_HTML: render(page).encode()})
-    return CostOutcome(dest.url, tuple(files), run_id, usage.num_rows, totals, grouped)
+    return CostOutcome(dest.url, tuple(files), run_id, usage.num_rows, totals, grouped, copies)
 
 
 def print_cost_summary(outcome: CostOutcome) -> None:
@@ -177,6 +180,9 @@ def print_cost_summary(outcome: CostOutcome) -> None:
         click.echo(f"vakpipe: warning: {line}", err=True)
     t = outcome.totals.totals
     click.echo(f"run {outcome.run_id}: {outcome.rows:,} usage records")
+    if outcome.copies:
+        click.echo(f"  {outcome.copies:,} copies of requests another file holds too "
+                   "(resumed or forked sessions) counted once")
     for name, label in (("billed", "billed"), ("effective", "effective"),
                         ("wasted", "wasted"), ("wasted_abandoned", "  abandoned branches"),
                         ("wasted_retry", "  failed/retried")):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from pipeline.formats import VAK, detect
 from pipeline.layout import SessionKey, cwd_hash
 from pipeline.reader import Entry, LineStats, read_ledger
 from pipeline.tree import Node, TreeIndex
@@ -33,17 +34,29 @@ _USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
                "cache_creation_input_tokens")
 
 
+#: The largest token count read: what an int64 column holds. A larger one is no count
+#: vak writes (hostile or damaged input) and makes the whole ``usage`` object absent.
+MAX_TOKEN_COUNT = 2**63 - 1
+
+
 def usage_of(obj: Any) -> Usage | None:
-    """Read a ``usage`` object; ``None`` unless it has integer token counts."""
+    """Read a ``usage`` object; ``None`` unless its token counts are integers from 0 to
+    :data:`MAX_TOKEN_COUNT` (absent or null: 0)."""
     if not isinstance(obj, dict):
         return None
     get = obj.get
     vals = (get(_USAGE_KEYS[0]), get(_USAGE_KEYS[1]), get(_USAGE_KEYS[2]), get(_USAGE_KEYS[3]))
     for v in vals:
         # ``type() is int`` also refuses bool (a subclass of int); absent or null is 0.
-        if (type(v) is not int or v < 0) and v is not None:
+        if (type(v) is not int or not 0 <= v <= MAX_TOKEN_COUNT) and v is not None:
             return None
     return (vals[0] or 0, vals[1] or 0, vals[2] or 0, vals[3] or 0)
+
+
+def token_count(v: Any) -> int | None:
+    """A token count recorded outside ``usage`` (a receipt's ``prefix_tokens``, a turn
+    card's): an integer from 0 to :data:`MAX_TOKEN_COUNT`, else ``None`` (bool too)."""
+    return v if type(v) is int and 0 <= v <= MAX_TOKEN_COUNT else None
 
 
 def _add(a: Usage, b: Usage) -> Usage:
@@ -59,6 +72,11 @@ class _Request:
     model: str | None  # ``meta.model``
     #: Its first receipt whose winning attempt has usage: the same request, as billed.
     receipt: _Receipt | None = None
+    #: The provider request it is part of, for formats that stream one request over
+    #: several lines (``meta.request_key``; vak: none, one line is one request).
+    key: str | None = None
+    #: An earlier line of a request streamed over several: not a request of its own.
+    part: bool = False
 
 
 #: ``(ordinal, settlement, usage, provider, model, winning)`` of an attempt with usage.
@@ -92,10 +110,13 @@ _DIRECTIVE = _Directive()
 
 
 def is_directive(entry: Entry) -> bool:
-    """Whether a message starts a turn: user role, no control tag, text, no tool_result."""
+    """Whether a message starts a turn: user role, no control tag, text, no tool_result.
+
+    A block whose ``type`` is not a string (no block vak writes) is ignored.
+    """
     if entry.role != "user" or entry.meta.get("control"):
         return False
-    types = {b.get("type") for b in entry.content}
+    types = {t for b in entry.content if type(t := b.get("type")) is str}
     return "text" in types and "tool_result" not in types
 
 
@@ -156,7 +177,8 @@ def _node_info(entry: Entry) -> Any:
         role = message.get("role") if type(message) is dict else None
         if role == "assistant":
             meta = entry.meta
-            return _Request(usage_of(meta.get("usage")), entry.ts, _name(meta.get("model")))
+            return _Request(usage_of(meta.get("usage")), entry.ts, _name(meta.get("model")),
+                            key=_name(meta.get("request_key")))
         if role == "user" and is_directive(entry):
             return _DIRECTIVE
     elif kind == "receipt":
@@ -186,6 +208,9 @@ class SessionAudit:
     active: frozenset[tuple[int, str]] = frozenset()
     #: One tuple of :data:`USAGE_FIELDS` per usage-bearing record (``usage`` dataset).
     usage: list[tuple[Any, ...]] = field(default_factory=list)
+    #: ``(session_path, agent_id, tool_use_id, entry_id, line)`` of every subagent the
+    #: session started (``subagents`` dataset; Claude Code).
+    links: list[tuple[Any, ...]] = field(default_factory=list)
 
     def add_findings(self, findings: list[Finding]) -> None:
         """Add findings made outside the audit (checkpoints), first; recount the row."""
@@ -242,6 +267,8 @@ def _figures(tree: TreeIndex) -> dict[str, Any]:
     for node in tree.nodes:
         info = node.info
         if isinstance(info, _Request):
+            if info.part:
+                continue
             requests[node.on_active_chain] += 1
             u = info.usage
             if u is None and info.receipt is not None:
@@ -264,6 +291,28 @@ def _figures(tree: TreeIndex) -> dict[str, Any]:
     return row
 
 
+def _merge_streamed(tree: TreeIndex) -> None:
+    """Make each streamed request one (docs/formats.md): the final line's usage (earlier
+    lines carry running counts) goes on one line, the *carrier*, the others become parts,
+    counted in no figure. A message whose blocks were written as several lines can sit on
+    two branches (parallel tool calls: each ``tool_use`` line gets its own result, the
+    conversation goes on from the last), so the carrier is its last line on the active
+    chain, if any, else its last line. Runs after :meth:`TreeIndex.finish`."""
+    lines: dict[str, list[Node]] = {}
+    for node in tree.nodes:
+        info = node.info
+        if type(info) is _Request and info.key is not None:
+            lines.setdefault(info.key, []).append(node)
+    for nodes in lines.values():
+        if len(nodes) < 2:
+            continue
+        final = next((n.info.usage for n in reversed(nodes) if n.info.usage is not None), None)
+        carrier = next((n for n in reversed(nodes) if n.on_active_chain), nodes[-1])
+        for n in nodes:
+            n.info.part = n is not carrier
+            n.info.usage = final if n is carrier else None
+
+
 def _usage_rows(tree: TreeIndex, header: dict[str, Any]) -> list[tuple[Any, ...]]:
     """The usage records of a session, flagged billed / effective / waste.
 
@@ -284,7 +333,8 @@ def _usage_rows(tree: TreeIndex, header: dict[str, Any]) -> list[tuple[Any, ...]
             active = node.on_active_chain
             # Its receipt's winning attempt is the same request: that one is billed.
             billed = info.receipt is None
-            append((node.id, node.id, "message", None, None, None, None, info.ts, provider,
+            append((node.id, info.key or node.id, "message", None, None, None, None, info.ts,
+                    provider,
                     info.model or model, active, u[0], u[1], u[2], u[3], billed,
                     billed and active, "abandoned" if billed and not active else None))
         elif kind is _Receipt and info.metered:
@@ -305,7 +355,8 @@ def _usage_rows(tree: TreeIndex, header: dict[str, Any]) -> list[tuple[Any, ...]
 
 
 def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = None) -> SessionAudit:
-    """Audit one session ledger streamed as physical lines.
+    """Audit one session streamed as physical lines: a vak ledger, or a transcript of
+    another agent (:mod:`pipeline.formats`), told apart by its content.
 
     Parameters
     ----------
@@ -321,70 +372,89 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
     SessionAudit
         The ``integrity/sessions`` row and the findings, in line order.
     """
+    fmt, lines = detect(lines)
     tree = TreeIndex()
     findings: list[Finding] = []
     header: dict[str, Any] = {}
-    first_ts = last_ts = None
+    first_ts = None
     last_entry: Entry | None = None
 
     stats = LineStats()
     add = tree.add
-    for item in read_ledger(lines, stats):
+    items = read_ledger(lines, stats) if fmt is None else fmt.read(lines, stats, header)
+    for item in items:
         if isinstance(item, Finding):
             findings.append(item)
             continue
         found = add(item, _node_info(item))
         if found:
             findings.extend(found)
-        if item.kind == "header" and tree.header is not None and tree.header.line == item.line:
+        if (fmt is None and item.kind == "header" and tree.header is not None
+                and tree.header.line == item.line):
             header = _header_fields(item)
-        if first_ts is None:
+        if not first_ts:
             first_ts = item.ts
         last_entry = item
     findings.extend(tree.finish())
-    if last_entry is not None:
-        last_ts = last_entry.ts
-    if tree.header is not None:
-        cwd, sid = header.get("cwd"), header.get("session_id")
-        if cwd is None:
-            # Like a missing session_id below: nothing ties the directory to the header.
-            findings.append(Finding(
-                Code.CWD_HASH_MISMATCH, tree.header.line, tree.header.id,
-                "the header has no cwd (string): the directory cannot be checked",
-            ))
-        elif cwd_hash(cwd) != key.cwd_hash:
-            findings.append(Finding(
-                Code.CWD_HASH_MISMATCH, tree.header.line, tree.header.id,
-                f"directory {key.cwd_hash[:40]!r} is not FNV-1a of the header's cwd "
-                f"({cwd_hash(cwd)})",
-            ))
-        if sid != key.session_id:
-            findings.append(Finding(
-                Code.SESSION_ID_MISMATCH, tree.header.line, tree.header.id,
-                "file name is not the header's session_id",
-            ))
+    if fmt is None:
+        findings.extend(_placement(key, tree, header))
+    elif key.parent is None and header.get("session_id") != key.session_id:
+        findings.append(Finding(Code.SESSION_ID_MISMATCH, None, None,
+                                "file name does not name the transcript's session id"))
     findings.sort(key=lambda f: (f.line is not None, f.line or 0))
+    if fmt is not None:
+        _merge_streamed(tree)
     active = [n for n in tree.nodes if n.on_active_chain]
     head: Node | None = tree.head
     row: dict[str, Any] = {
         "session_path": key.path,
+        "source": fmt.name if fmt is not None else VAK,
         "agent": key.agent,
         "cwd_hash": key.cwd_hash,
         "session_id": header.get("session_id"),
+        "parent_session_path": key.parent,
+        "subagent": key.subagent,
         "bytes": size if size is not None else stats.bytes,
         "lines": stats.lines,
-        "entries": len(tree.nodes),
+        "entries": len(tree.nodes) - (fmt is not None),  # not the synthetic root
         **verdict(findings),
         "head_id": head.id if head else None,
-        "head_hash": last_entry.digest if last_entry else None,
-        "active_chain_len": len(active),
+        "head_hash": last_entry.digest or None if last_entry else None,
+        "active_chain_len": len(active) - (fmt is not None),
         "abandoned_entries": len(tree.nodes) - len(active),
         "model": header.get("model"),
         "provider": header.get("provider"),
         "app_version": header.get("app_version"),
         "first_ts": ts_nanos(first_ts),
-        "last_ts": ts_nanos(last_ts),
+        "last_ts": ts_nanos(last_entry.ts if last_entry is not None else None),
     }
     row.update(_figures(tree))
+    links = [(key.path, *link) for link in header.get("links", ())]
     return SessionAudit(row, findings, frozenset((n.line, n.id) for n in active),
-                        _usage_rows(tree, header))
+                        _usage_rows(tree, header), links)
+
+
+def _placement(key: SessionKey, tree: TreeIndex, header: dict[str, Any]) -> list[Finding]:
+    """A vak ledger's place against its header: the cwd directory and the file name."""
+    if tree.header is None:
+        return []
+    found: list[Finding] = []
+    cwd, sid = header.get("cwd"), header.get("session_id")
+    if cwd is None:
+        # Like a missing session_id below: nothing ties the directory to the header.
+        found.append(Finding(
+            Code.CWD_HASH_MISMATCH, tree.header.line, tree.header.id,
+            "the header has no cwd (string): the directory cannot be checked",
+        ))
+    elif cwd_hash(cwd) != key.cwd_hash:
+        found.append(Finding(
+            Code.CWD_HASH_MISMATCH, tree.header.line, tree.header.id,
+            f"directory {key.cwd_hash[:40]!r} is not FNV-1a of the header's cwd "
+            f"({cwd_hash(cwd)})",
+        ))
+    if sid != key.session_id:
+        found.append(Finding(
+            Code.SESSION_ID_MISMATCH, tree.header.line, tree.header.id,
+            "file name is not the header's session_id",
+        ))
+    return found

@@ -67,9 +67,10 @@ class ModelCatalog:
     rules: tuple[ModelRule, ...]
     version: str = ""
 
-    def lookup(self, model: str | None) -> Capacity | None:
-        """Capacity of ``model``, or ``None`` when no rule matches (an unknown model)."""
-        if not model:
+    def lookup(self, model: object) -> Capacity | None:
+        """Capacity of ``model``, or ``None`` when no rule matches (an unknown model);
+        a model that is not a string (no name vak writes) is unknown too."""
+        if not model or not isinstance(model, str):
             return None
         for rule in self.rules:
             if name_matches(rule.pattern, model):

@@ -41,9 +41,10 @@ def main() -> None:
       0  the run completed (findings are data, not failures)
       1  --fail-on matched (regress: a threshold was exceeded)
       2  unusable input or setup, or a failed commit (one line on stderr)
-      3  the run completed but is partial: some sessions could not be read
-         (unreadable_object, changed_during_audit, worker_crashed); the tables
-         hold everything else, the manifest says "partial": true
+      3  the run completed but is partial: some sessions could not be read or
+         audited (unreadable_object, changed_during_audit, worker_crashed,
+         audit_failed); the tables hold everything else, the manifest says
+         "partial": true
     """
 
 
@@ -63,6 +64,9 @@ cluster_options = _options(
                  help="Workers of the local cluster (default: one per core)."),
     storage_option,
 )
+session_option = click.option(
+    "--session", "session_ids", multiple=True, metavar="ID",
+    help="Only the session with this id, its file name's stem (repeatable).")
 progress_option = click.option("--progress/--no-progress", default=None,
                                help="Progress bar (default: on a tty).")
 what_if_options = _options(
@@ -194,8 +198,7 @@ def _exit_on(fail_on: str | None, summary: RunSummary) -> None:
 @main.command()
 @click.argument("root")
 @click.option("--out", required=True, help="Output location (any fsspec URL or folder).")
-@click.option("--session", "session_ids", multiple=True, metavar="ID",
-              help="Only the session with this id, its file name's stem (repeatable).")
+@session_option
 @replay_options
 @scope_option
 @cluster_options
@@ -321,8 +324,7 @@ def nightly(root: str, out: str, day: datetime | None, compaction: bool, rules: 
 @click.option("--rules", default="v1", show_default=True, help="Projection rule set.")
 @click.option("--catalog", "catalog_path", default=None, type=click.Path(dir_okay=False),
               help="Your own model catalog (TOML); its rules come first.")
-@click.option("--session", "session_ids", multiple=True, metavar="ID",
-              help="Only the session with this id, its file name's stem (repeatable).")
+@session_option
 @cluster_options
 @progress_option
 @max_line_option
@@ -385,8 +387,7 @@ def compact(root: str, out: str, window: int | None, what_if_model: str | None,
                    "requests compared).")
 @click.option("--max-new-overflows", type=click.IntRange(min=0), default=None, metavar="N",
               help="Exit 1 when more requests are newly over their model's window.")
-@click.option("--session", "session_ids", multiple=True, metavar="ID",
-              help="Only the session with this id, its file name's stem (repeatable).")
+@session_option
 @what_if_options
 @cluster_options
 @progress_option

@@ -33,7 +33,11 @@ GROUP_KEYS: dict[str, tuple[str, ...]] = {
     "model": ("model",),
     "provider": ("provider",),
     "session": ("session_path", "session_id"),
+    "source": ("source",),
+    "subagent": ("subagent",),
 }
+#: Columns later runs added to ``usage``: null when pricing an older run's table.
+_ADDED_COLUMNS = ("source", "parent_session_path", "subagent")
 TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 _KINDS = ("input", "output", "cache_read", "cache_write")
 #: How a billed record counts: effective, or wasted on an abandoned branch or a retry.
@@ -182,9 +186,50 @@ def _over_tier(billed: pa.Table, rules: _Rules) -> pa.Array:
     return over
 
 
+def with_added_columns(usage: pa.Table) -> pa.Table:
+    """``usage`` with the columns later versions added (null in an older run's table)."""
+    for name in _ADDED_COLUMNS:
+        if name not in usage.column_names:
+            usage = usage.append_column(name, pa.nulls(usage.num_rows, pa.string()))
+    return usage
+
+
+def drop_copies(usage: pa.Table) -> tuple[pa.Table, int]:
+    """``usage`` without the copies of a provider request that several files hold, and
+    how many were dropped (docs/cost-rules.md, "Copies of one request").
+
+    A resumed Claude Code session and a forked Codex rollout start with a copy of the
+    history they continue: the same requests, under the same ``request_id``
+    (``message.id:requestId``; Codex: the event's time and totals). Such a request is
+    counted once, in the file whose copy has the earliest ``ts``, then the first path.
+    vak's rows are never merged: its ids are per entry and its attempts share one.
+    """
+    usage = with_added_columns(usage)
+    source = pc.fill_null(usage["source"], "vak")
+    foreign = pc.and_(pc.not_equal(source, "vak"), pc.is_valid(usage["request_id"]))
+    foreign = pc.fill_null(foreign, False)
+    if not pc.any(foreign).as_py():
+        return usage, 0
+    rows = usage.append_column("_row", pa.array(range(usage.num_rows), pa.int64()))
+    theirs = rows.filter(foreign).sort_by([("ts", "ascending"), ("session_path", "ascending")])
+    first = theirs.group_by(["source", "request_id"], use_threads=False).aggregate(
+        [("_row", "first")])["_row_first"]
+    dropped = theirs.num_rows - len(first)
+    if not dropped:
+        return usage, 0
+    kept = pa.concat_arrays([rows.filter(pc.invert(foreign))["_row"].combine_chunks(),
+                             first.combine_chunks()])
+    kept = kept.take(pc.sort_indices(kept))  # the table's own order
+    return usage.take(kept), dropped
+
+
 def _prepared(usage: pa.Table) -> pa.Table:
-    """The billed rows, with null provider/model as ``""`` (so they group and compare) and
-    a ``category`` column."""
+    """The billed rows, with null provider/model as ``""`` (so they group and compare), a
+    ``category`` column, and a subagent's usage under its parent session's path."""
+    usage = with_added_columns(usage)
+    usage = usage.set_column(
+        usage.schema.get_field_index("session_path"), "session_path",
+        pc.coalesce(usage["parent_session_path"], usage["session_path"]))
     billed = usage.filter(pc.fill_null(usage["billed"], False))
     for name in _NAMES:
         i = billed.schema.get_field_index(name)

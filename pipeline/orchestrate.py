@@ -175,7 +175,7 @@ class RunSummary:
     #: Tasks that lost their workers and were split (see :data:`MAX_KILLED_TASKS`).
     failed_batches: int = 0
     #: Sessions listed but not audited (``unreadable_object``, ``changed_during_audit``,
-    #: ``worker_crashed``): any makes the run partial.
+    #: ``worker_crashed``, ``audit_failed``): any makes the run partial.
     unread: list[str] = field(default_factory=list)
     #: A few of the objects that are not sessions (their keys as listed).
     skipped_examples: tuple[str, ...] = ()

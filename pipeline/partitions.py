@@ -7,14 +7,16 @@ workers need read access to the archive only.
 
 from __future__ import annotations
 
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 
 from pipeline.audit import SessionAudit, audit_session, verdict
-from pipeline.errors import ObjectChangedError
+from pipeline.errors import ObjectChangedError, PipelineError
 from pipeline.io.storage import (
     MAX_LINE_BYTES,
     Location,
@@ -23,7 +25,7 @@ from pipeline.io.storage import (
     refresh_object,
     storage_errors,
 )
-from pipeline.io.tables import findings_table, sessions_table, usage_table
+from pipeline.io.tables import findings_table, sessions_table, subagents_table, usage_table
 from pipeline.layout import SessionKey
 from pipeline.reader import MAX_DETAIL_CHARS
 from pipeline.types import Code, Finding
@@ -47,7 +49,13 @@ class BatchResult:
 
 #: Codes of a session that was not audited at all (no figures): a run with any is partial.
 NOT_READ_CODES = frozenset({Code.UNREADABLE_OBJECT.text, Code.CHANGED_DURING_AUDIT.text,
-                            Code.WORKER_CRASHED.text})
+                            Code.WORKER_CRASHED.text, Code.AUDIT_FAILED.text})
+
+#: Errors never contained per object: those vakpipe raises on purpose (a summariser that
+#: fails, the output's storage: they stop the run, exit 2) and running out of memory.
+#: Exceptions outside :class:`Exception` (``KeyboardInterrupt``, ``SystemExit``, a
+#: cancelled task) are never caught at all.
+UNCONTAINED: tuple[type[BaseException], ...] = (PipelineError, MemoryError)
 
 
 def unreadable(obj: SessionObject, err: BaseException) -> SessionAudit:
@@ -62,8 +70,35 @@ def changed(obj: SessionObject, err: BaseException) -> SessionAudit:
                        Finding(Code.CHANGED_DURING_AUDIT, None, None, _error_text(err)))
 
 
+def failed(obj: SessionObject, err: Exception) -> SessionAudit:
+    """The audit of an object whose audit or replay raised: a bug (or an input no test
+    foresaw), not a storage error. One error finding naming the exception and where it
+    was raised, no figures; nothing else of the object is kept."""
+    return not_audited(obj.key, obj.size,
+                       Finding(Code.AUDIT_FAILED, None, None, _failure_text(err)))
+
+
 def _error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}".splitlines()[0][:MAX_DETAIL_CHARS]
+
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _failure_text(err: BaseException) -> str:
+    """``TypeError at pipeline/audit.py:98 (is_directive): <message>``: the innermost
+    frame of vakpipe's own code (the last one when none is), then the message."""
+    frames = traceback.extract_tb(err.__traceback__)
+    ours = [f for f in frames if Path(f.filename).resolve().is_relative_to(_PACKAGE)]
+    where = ""
+    if ours or frames:
+        frame = (ours or frames)[-1]
+        path = Path(frame.filename).resolve()
+        name = (f"pipeline/{path.relative_to(_PACKAGE).as_posix()}"
+                if path.is_relative_to(_PACKAGE) else path.name)
+        where = f" at {name}:{frame.lineno} ({frame.name})"
+    message = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}{where}: {message}"[:MAX_DETAIL_CHARS]
 
 
 def read_consistently(root: Location, obj: SessionObject,
@@ -76,27 +111,43 @@ def read_consistently(root: Location, obj: SessionObject,
     version found (the audit's row names that version: its ETag and size); a second
     change makes it ``changed_during_audit``, nothing kept of the partial read (a live
     object: the next run audits it). A storage error, on either read or on the
-    look-up, makes it ``unreadable_object``. Both findings come with no figures and
-    ``False``.
+    look-up, makes it ``unreadable_object``; any other exception of ``read`` (a bug)
+    ``audit_failed`` (but those of :data:`UNCONTAINED`, which propagate). Those
+    findings come with no figures and ``False``.
     """
-    try:
-        return read(obj), True
-    except ObjectChangedError:
-        pass
-    except storage_errors() as err:
-        return unreadable(obj, err), False
-    try:
+    first = _read_once(lambda: read(obj), obj)
+    if not isinstance(first, ObjectChangedError):
+        return first
+
+    def again() -> SessionAudit:
+        nonlocal obj
         obj = refresh_object(root, obj)
-        return read(obj), True
+        return read(obj)
+
+    second = _read_once(again, obj)
+    return (changed(obj, second), False) if isinstance(second, ObjectChangedError) else second
+
+
+def _read_once(attempt: Callable[[], SessionAudit],
+               obj: SessionObject) -> tuple[SessionAudit, bool] | ObjectChangedError:
+    """One read of :func:`read_consistently`, its failures as findings (the change of
+    the object under it returned, for the caller to decide)."""
+    try:
+        return attempt(), True
     except ObjectChangedError as err:
-        return changed(obj, err), False
+        return err
     except storage_errors() as err:
         return unreadable(obj, err), False
+    except UNCONTAINED:
+        raise
+    except Exception as err:
+        return failed(obj, err), False
 
 
 def not_audited(key: SessionKey, size: int, finding: Finding) -> SessionAudit:
     """The row of a session reported without reading it (unreadable, missing)."""
     row = {"session_path": key.path, "agent": key.agent, "cwd_hash": key.cwd_hash,
+           "parent_session_path": key.parent, "subagent": key.subagent,
            "bytes": size, **verdict([finding])}
     return SessionAudit(row, [finding])
 
@@ -105,7 +156,8 @@ def audit_object(root: Location, obj: SessionObject,
                  max_line_bytes: int = MAX_LINE_BYTES) -> SessionAudit:
     """Audit one session object, streaming it; a read failure becomes a finding, a line
     over ``max_line_bytes`` a line that is not a valid entry, an object that changed
-    under the read is read once more (see :func:`read_consistently`)."""
+    under the read is read once more, an audit that raises is ``audit_failed`` (see
+    :func:`read_consistently`)."""
     def read(version: SessionObject) -> SessionAudit:
         with open_lines(root, version, max_line_bytes=max_line_bytes) as lines:
             result = audit_session(version.key, lines, size=version.size)
@@ -144,6 +196,7 @@ def audit_batch_result(index: int, batch: list[SessionObject],
         bytes_read=sum(obj.size for obj in batch),
     )
     result.extra["usage"] = usage_table(audits)
+    result.extra["subagents"] = subagents_table(audits)
     for a in audits:
         result.statuses[a.row["status"]] += 1
         result.codes.update(f.code.text for f in a.findings)

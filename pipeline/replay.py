@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.audit import input_and_output, is_directive, usage_of, winning_usage
+from pipeline.audit import input_and_output, is_directive, token_count, usage_of, winning_usage
 from pipeline.catalog import Capacity
 from pipeline.plan import Candidate, WorkingSetPlan, plan_v1
 from pipeline.projection import CARD_TOOL_PREFIX, RuleSet, canonical_json
@@ -30,6 +30,11 @@ ClosedParts = tuple[int, list[str], int, list[int], list[int], str]
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _text(v: Any) -> str | None:
+    """A name (model, provider) as vak writes it: a string; anything else is none."""
+    return v if isinstance(v, str) else None
 
 
 @dataclass(slots=True)
@@ -187,8 +192,8 @@ class ReplayEngine:
         elif kind == "header":
             contract = entry.data.get("contract") or {}
             if isinstance(contract, dict):
-                self.header_model = contract.get("model")
-                self.header_provider = contract.get("provider")
+                self.header_model = _text(contract.get("model"))
+                self.header_provider = _text(contract.get("provider"))
                 caps = contract.get("capabilities")
                 self._set_prefix(str(contract.get("system_prompt", "")),
                                  caps if isinstance(caps, list) else [], "header")
@@ -356,11 +361,10 @@ class ReplayEngine:
         req = self.pending
         if req is None or entry.parent_id != req.entry_id:
             return
-        req.provider = entry.data.get("provider") or req.provider
+        req.provider = _text(entry.data.get("provider")) or req.provider
         digest = entry.data.get("prefix_digest")
         req.recorded_prefix_digest = digest if isinstance(digest, str) and digest else None
-        tokens = entry.data.get("prefix_tokens")
-        req.recorded_prefix_tokens = tokens if isinstance(tokens, int) else None
+        req.recorded_prefix_tokens = token_count(entry.data.get("prefix_tokens"))
         if req.reported_input is None:
             req.reported_input, req.reported_output = input_and_output(winning_usage(entry.data))
 

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import IO
 
-import pyarrow as pa
-
 from pipeline.audit import SessionAudit, audit_session
 from pipeline.catalog import ModelCatalog, load_catalog
 from pipeline.checkpoint import Checkpoint, PrefixHasher, checkpoint_of
@@ -30,6 +28,8 @@ from pipeline.compaction import (
     supersede,
 )
 from pipeline.errors import StorageError
+from pipeline.formats import VAK
+from pipeline.formats.reported import reported_requests
 from pipeline.io.archive import ARCHIVE, write_compacted
 from pipeline.io.storage import (
     MAX_LINE_BYTES,
@@ -44,8 +44,15 @@ from pipeline.io.tables import (
     COMPACTION_SCHEMA,
     REQUESTS_SCHEMA,
     TURNS_SCHEMA,
+    rows_table,
 )
-from pipeline.partitions import BatchResult, audit_batch_result, read_consistently
+from pipeline.partitions import (
+    UNCONTAINED,
+    BatchResult,
+    audit_batch_result,
+    failed,
+    read_consistently,
+)
 from pipeline.projection import get_rule_set
 from pipeline.reader import Entry, read_ledger
 from pipeline.scopes import parse_fold_key_to_scopes
@@ -96,6 +103,9 @@ def active_entries(spool: IO[bytes], audit: SessionAudit,
 def replay_spooled(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
                    options: ReplayOptions) -> SessionReplay:
     """Replay a session's active chain from its spooled bytes (and plan its packets)."""
+    if audit.row.get("source", VAK) != VAK:
+        # Another agent's transcript: its reported sizes, nothing to replay or compact.
+        return SessionReplay(requests=reported_requests(audit, options.catalog))
     rules = get_rule_set(options.rules)
     tokenizer = get_tokenizer()
     model = audit.row.get("model")
@@ -175,7 +185,9 @@ def audit_and_replay(
     changed under the first read: :func:`~pipeline.partitions.read_consistently`); with
     an archive destination, also write its compacted copy (whose path is returned).
     ``new_hasher`` makes the hasher that sees every byte of the read kept (for
-    checkpoints); it is returned with the rest. No replay when the object was not read.
+    checkpoints); it is returned with the rest. No replay when the object was not read;
+    an audit or a replay that raises (a bug; not the errors of
+    :data:`~pipeline.partitions.UNCONTAINED`) makes it ``audit_failed``, with no replay.
     """
     hashers: list[PrefixHasher] = []
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as spool:
@@ -200,8 +212,16 @@ def audit_and_replay(
         hasher = hashers[0] if hashers else None
         if not was_read:
             return audit, None, None, hasher
-        replayed = replay_spooled(obj, audit, spool, options)
-        return audit, replayed, _write_archive(obj, audit, spool, replayed, options), hasher
+        try:
+            replayed = replay_spooled(obj, audit, spool, options)
+            copy = _write_archive(obj, audit, spool, replayed, options)
+        except UNCONTAINED:
+            raise
+        except Exception as err:
+            # Like an audit that raised: the object is ``audit_failed``, nothing of its
+            # audit kept (no figures, no usage rows without their requests).
+            return failed(obj, err), None, None, hasher
+        return audit, replayed, copy, hasher
 
 
 def replay_batch(root: Location, index: int, batch: list[SessionObject],
@@ -244,12 +264,12 @@ def replay_batch(root: Location, index: int, batch: list[SessionObject],
         if copy is not None:
             archived.append(copy)
     result = audit_batch_result(index, batch, audits)
-    result.extra["turns"] = pa.Table.from_pylist(turns, schema=TURNS_SCHEMA)
-    result.extra["requests"] = pa.Table.from_pylist(requests, schema=REQUESTS_SCHEMA)
+    result.extra["turns"] = rows_table(turns, TURNS_SCHEMA)
+    result.extra["requests"] = rows_table(requests, REQUESTS_SCHEMA)
     if options.compaction is not None:
-        result.extra["compaction"] = pa.Table.from_pylist(compaction, schema=COMPACTION_SCHEMA)
+        result.extra["compaction"] = rows_table(compaction, COMPACTION_SCHEMA)
     if options.archive_to is not None:
         result.files[ARCHIVE] = archived
     if previous is not None:
-        result.extra["checkpoints"] = pa.Table.from_pylist(checkpoints, schema=CHECKPOINTS_SCHEMA)
+        result.extra["checkpoints"] = rows_table(checkpoints, CHECKPOINTS_SCHEMA)
     return result

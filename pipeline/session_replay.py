@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.audit import token_count
 from pipeline.catalog import Capacity, ModelCatalog
 from pipeline.layout import SessionKey
 from pipeline.projection import RuleSet
@@ -199,10 +200,8 @@ def replay_session(
             "has_card": t.card is not None,
             "tokens_full": c.full.tokens,
             "tokens_card": c.card_tokens,
-            "recorded_tokens_full": card.get("tokens_full") if isinstance(
-                card.get("tokens_full"), int) else None,
-            "recorded_tokens_card": card.get("tokens_card") if isinstance(
-                card.get("tokens_card"), int) else None,
+            "recorded_tokens_full": token_count(card.get("tokens_full")),
+            "recorded_tokens_card": token_count(card.get("tokens_card")),
             "reported_input_tokens": sum(inputs) if inputs else None,
             "reported_output_tokens": sum(outputs) if outputs else None,
             "first_ts": t.first_ts,

@@ -44,6 +44,9 @@ class Code(enum.Enum):
     CWD_HASH_MISMATCH = ("cwd_hash_mismatch", Severity.WARNING)
     SESSION_ID_MISMATCH = ("session_id_mismatch", Severity.WARNING)
     UNKNOWN_KIND = ("unknown_kind", Severity.INFO)
+    # transcripts of other agents (docs/formats.md): a compaction boundary names, as the
+    # entry it follows, one the file does not hold; linked to the entry before it
+    LOGICAL_PARENT_MISSING = ("logical_parent_missing", Severity.WARNING)
     # 6 checkpoints between audits
     HISTORY_TRUNCATED = ("history_truncated", Severity.ERROR)
     HISTORY_REWRITTEN = ("history_rewritten", Severity.ERROR)
@@ -54,6 +57,8 @@ class Code(enum.Enum):
     CHANGED_DURING_AUDIT = ("changed_during_audit", Severity.WARNING)
     # ... every worker that read it died, up to the allowed failures: quarantined
     WORKER_CRASHED = ("worker_crashed", Severity.ERROR)
+    # ... auditing or replaying it raised (a bug, not a storage error): contained
+    AUDIT_FAILED = ("audit_failed", Severity.ERROR)
 
     def __init__(self, text: str, severity: Severity) -> None:
         self.text = text

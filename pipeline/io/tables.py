@@ -44,6 +44,11 @@ SESSIONS_SCHEMA = pa.schema(
         *[(f"{k}_tokens", pa.int64()) for k in USAGE_KINDS],
         *[(f"{k}_tokens_abandoned", pa.int64()) for k in USAGE_KINDS],
         *[(f"billed_{k}_tokens", pa.int64()) for k in USAGE_KINDS],
+        # Which format the file is (vak, claude-code, codex), and for a subagent's
+        # transcript the session it belongs to (docs/formats.md).
+        ("source", pa.string()),
+        ("parent_session_path", pa.string()),
+        ("subagent", pa.string()),
     ]
 )
 
@@ -85,6 +90,21 @@ USAGE_SCHEMA = pa.schema(
         ("billed", pa.bool_()),
         ("effective", pa.bool_()),
         ("waste", pa.string()),
+        ("source", pa.string()),
+        ("parent_session_path", pa.string()),
+        ("subagent", pa.string()),
+    ]
+)
+
+#: The subagents a session started, each linked to the tool call it answered.
+SUBAGENTS_SCHEMA = pa.schema(
+    [
+        ("session_path", pa.string()),
+        ("subagent", pa.string()),
+        ("tool_use_id", pa.string()),
+        ("entry_id", pa.string()),
+        ("line", pa.int64()),
+        ("subagent_path", pa.string()),
     ]
 )
 
@@ -93,12 +113,64 @@ DATASETS: dict[str, pa.Schema] = {
     "integrity/sessions": SESSIONS_SCHEMA,
     "integrity/findings": FINDINGS_SCHEMA,
     "usage": USAGE_SCHEMA,
+    "subagents": SUBAGENTS_SCHEMA,
 }
 
 
+#: What Arrow raises converting a Python value its column's type cannot hold (an integer
+#: past int64 or int32, a list or a number where a string goes, a bool in an integer).
+_MISFITS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError)
+
+
+def rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """A table of ``schema`` from dict rows: missing columns are null, and so is every
+    value its column's type cannot hold.
+
+    vak writes no such value, but a hostile ledger can make a row hold one (a figure
+    summed past int64, a saturation past int32, a payload field of another type copied
+    into a string column): that cell is null, the row and the rest of the task stay.
+    The rows are converted in one pass; only when that fails is each column converted
+    apart, and a column that fails value by value.
+    """
+    try:
+        return pa.Table.from_pylist(rows, schema=schema)
+    except _MISFITS:
+        pass
+    return pa.Table.from_arrays([_column(rows, f) for f in schema], schema=schema)
+
+
+def _column(rows: list[dict[str, Any]], column: pa.Field) -> pa.Array:
+    values = [row.get(column.name) for row in rows]
+    try:
+        return pa.array(values, column.type)
+    except _MISFITS:
+        return pa.array([v if _fits(v, column.type) else None for v in values], column.type)
+
+
+def _fits(value: Any, kind: pa.DataType) -> bool:
+    try:
+        pa.array([value], kind)
+    except _MISFITS:
+        return False
+    return True
+
+
 def sessions_table(rows: list[dict[str, Any]]) -> pa.Table:
-    """One ``integrity/sessions`` table from audit rows (missing columns are null)."""
-    return pa.Table.from_pylist(rows, schema=SESSIONS_SCHEMA)
+    """One ``integrity/sessions`` table from audit rows (missing columns are null, and so
+    is a value its column cannot hold: :func:`rows_table`)."""
+    return rows_table(rows, SESSIONS_SCHEMA)
+
+
+def subagents_table(audits: Iterable[SessionAudit]) -> pa.Table:
+    """One ``subagents`` table from the links of session audits."""
+    rows = [dict(zip(SUBAGENTS_SCHEMA.names[:5], link, strict=True)) for a in audits
+            for link in a.links]
+    for row in rows:
+        # Where Claude Code writes the subagent's transcript (docs/formats.md).
+        parent = str(row["session_path"])
+        row["subagent_path"] = (f"{parent.removesuffix('.jsonl')}/subagents/"
+                                f"agent-{row['subagent']}.jsonl")
+    return rows_table(rows, SUBAGENTS_SCHEMA)
 
 
 def _timestamps(texts: pa.Array) -> pa.Array:
@@ -121,14 +193,18 @@ _USAGE_RECORD = pa.struct([(n, pa.string() if n == "ts" else USAGE_SCHEMA.field(
                            for n in USAGE_FIELDS])
 
 
-def _usage_batch(rows: list[tuple[Any, ...]], sessions: list[tuple[Any, Any, Any]],
+#: The usage columns taken from the session's row, the same on all its records.
+SESSION_COLUMNS = ("session_path", "session_id", "agent", "source", "parent_session_path",
+                   "subagent")
+
+
+def _usage_batch(rows: list[tuple[Any, ...]], sessions: list[tuple[Any, ...]],
                  which: list[int]) -> pa.RecordBatch:
     # One conversion of the row tuples as structs (a C++ pass), then its fields.
     data = dict(zip(USAGE_FIELDS, pa.array(rows, type=_USAGE_RECORD).flatten(), strict=True))
     # The session's own columns are the same on all its rows: taken, not converted per row.
     index = pa.array(which, pa.int32())
-    for name, values in zip(("session_path", "session_id", "agent"), zip(*sessions, strict=True),
-                            strict=True):
+    for name, values in zip(SESSION_COLUMNS, zip(*sessions, strict=True), strict=True):
         data[name] = pa.array(values, pa.string()).take(index)
     data["ts"] = _timestamps(data["ts"])
     data["day"] = data["ts"].cast(pa.date32())
@@ -144,7 +220,7 @@ def usage_table(audits: Iterable[SessionAudit]) -> pa.Table:
     """
     batches: list[pa.RecordBatch] = []
     rows: list[tuple[Any, ...]] = []
-    sessions: list[tuple[Any, Any, Any]] = []
+    sessions: list[tuple[Any, ...]] = []
     which: list[int] = []
 
     def flush() -> None:
@@ -158,7 +234,7 @@ def usage_table(audits: Iterable[SessionAudit]) -> pa.Table:
         usage = a.usage
         if not usage:
             continue
-        session = (a.row["session_path"], a.row.get("session_id"), a.row["agent"])
+        session = tuple(a.row.get(c) for c in SESSION_COLUMNS)
         if len(usage) <= USAGE_CHUNK:  # small sessions travel together
             if len(rows) + len(usage) > USAGE_CHUNK:
                 flush()

@@ -1,0 +1,132 @@
+"""Claude Code transcripts (``~/.claude/projects/<dir>/<session>.jsonl``, with
+``<session>/subagents/agent-<id>.jsonl``) read as vak entries. Pure.
+
+The rules, decided in docs/formats.md:
+
+* the tree is ``uuid``/``parentUuid``; a ``compact_boundary`` starts a new root
+  (``parentUuid`` null) and names the entry it follows in ``logicalParentUuid``, which
+  is taken as its parent, so the active chain runs across compactions;
+* an assistant message is streamed as several lines (one per content block) that share
+  ``message.id`` and ``requestId``; earlier lines carry partial usage (their
+  ``output_tokens`` are a running count), so the request's usage is the one of the
+  *final* line of the pair (:mod:`pipeline.audit` keeps the last line of each
+  ``request_key``);
+* ``<synthetic>`` assistant messages (written by Claude Code itself, never sent) are not
+  requests;
+* a subagent file's first entries name parents in the parent session: in a sidechain
+  file a parent not seen yet is the transcript's root, not an orphan;
+* a user line whose ``toolUseResult`` has an ``agentId`` links that subagent to the
+  ``tool_use`` it answers (``header["links"]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from pipeline.formats.base import ROOT_ID, count, json_lines, root_entry, text
+from pipeline.reader import Entry, LineStats
+from pipeline.types import Code, Finding
+
+#: Line types of a Claude Code transcript (any one of them in a file's first lines).
+_TYPES = frozenset({"user", "assistant", "system", "summary", "progress",
+                    "file-history-snapshot", "queue-operation", "attachment"})
+#: Model name Claude Code writes on messages it made up itself (API errors, interrupts).
+SYNTHETIC_MODEL = "<synthetic>"
+PROVIDER = "anthropic"
+
+
+def _blocks(content: Any) -> list[Any]:
+    if type(content) is str:
+        return [{"type": "text", "text": content}]
+    return content if type(content) is list else []
+
+
+def _usage(usage: Any) -> dict[str, int] | None:
+    if type(usage) is not dict:
+        return None
+    return {k: count(usage.get(k)) for k in (
+        "input_tokens", "output_tokens", "cache_read_input_tokens",
+        "cache_creation_input_tokens")}
+
+
+class ClaudeCode:
+    """The Claude Code adapter (:class:`~pipeline.formats.base.TranscriptFormat`)."""
+
+    name = "claude-code"
+
+    def sniff(self, obj: dict[str, Any]) -> bool:
+        """Claude Code lines have a ``type`` of its own and no ``payload``."""
+        return obj.get("type") in _TYPES and "payload" not in obj
+
+    def read(self, lines: Iterable[bytes], stats: LineStats,
+             header: dict[str, Any]) -> Iterator[Entry | Finding]:
+        """Stream a Claude Code transcript as entries (see the module's rules)."""
+        header["provider"] = PROVIDER
+        links: list[tuple[str, str | None, str | None, int]] = []
+        header["links"] = links
+        yield root_entry()
+        seen: set[str] = {ROOT_ID}
+        previous = ROOT_ID
+        for item in json_lines(lines, stats):
+            if isinstance(item, Finding):
+                yield item
+                continue
+            number, digest, obj = item
+            uuid = text(obj.get("uuid"))
+            if uuid is None:
+                continue
+            if "session_id" not in header:
+                header["session_id"] = text(obj.get("sessionId"))
+                header["cwd"] = text(obj.get("cwd"))
+                header["app_version"] = text(obj.get("version"))
+            parent = obj.get("parentUuid")
+            if parent is None:
+                parent = text(obj.get("logicalParentUuid")) or ROOT_ID
+                if parent not in seen:
+                    # Written in order: a logical parent not read yet is not in the file.
+                    # The conversation went on from the entry before: its history stays
+                    # on the active chain, not counted as abandoned.
+                    yield Finding(Code.LOGICAL_PARENT_MISSING, number, uuid,
+                                  f"logicalParentUuid {parent[:40]!r} is not in the file; "
+                                  "linked to the entry before it")
+                    parent = previous
+            elif type(parent) is not str or (parent not in seen and obj.get("isSidechain") is True):
+                parent = ROOT_ID
+            seen.add(uuid)
+            previous = uuid
+            ts = text(obj.get("timestamp")) or ""
+            kind, data = self._mapped(obj, header, links, number)
+            yield Entry(number, uuid, parent, kind, ts, None, None, digest, data)
+
+    @staticmethod
+    def _mapped(obj: dict[str, Any], header: dict[str, Any], links: list[Any],
+                number: int) -> tuple[str, dict[str, Any]]:
+        kind = obj.get("type")
+        message = obj.get("message")
+        if kind in ("user", "assistant") and type(message) is dict:
+            blocks = _blocks(message.get("content"))
+            meta: dict[str, Any] = {}
+            if kind == "assistant":
+                model = text(message.get("model"))
+                if model != SYNTHETIC_MODEL:
+                    meta["usage"] = _usage(message.get("usage"))
+                    meta["model"] = model
+                    meta["request_key"] = f"{text(message.get('id'))}:{text(obj.get('requestId'))}"
+                    if model and not header.get("model"):
+                        header["model"] = model
+            else:
+                if obj.get("isMeta") is True:
+                    meta["control"] = "meta"
+                elif obj.get("isCompactSummary") is True:
+                    meta["control"] = "compact_summary"
+                result = obj.get("toolUseResult")
+                agent = text(result.get("agentId")) if type(result) is dict else None
+                if agent is not None:
+                    use = next((text(b.get("tool_use_id")) for b in blocks
+                                if type(b) is dict and b.get("type") == "tool_result"), None)
+                    links.append((agent, use, text(obj.get("uuid")), number))
+            return "message", {"message": {"role": kind, "content": blocks}, "meta": meta}
+        if kind == "system" and obj.get("subtype") == "compact_boundary":
+            return "compaction", obj
+        return "activity", obj
