@@ -138,6 +138,26 @@ def test_a_new_commit_replaces_the_previous_files(where: Places) -> None:
     assert read_dataset(where.out, SESSIONS)["session_path"].to_pylist() == ["x"]
 
 
+def test_datasets_the_new_run_does_not_write_are_removed(where: Places) -> None:
+    """A replay with a compacted archive, then a plain audit into the same OUT: the old
+    replay tables and archive copies go with the run they belonged to."""
+    schemas = {**DATASETS, "turns": DATASETS[SESSIONS]}
+    run = StagedRun(where.out, "run-1", schemas)
+    run.write_part("turns", 0, session_rows("a"))
+    fs = where.out.filesystem()
+    copy = posixpath.join(run.stage_dir("archive"), "agents/x/s.jsonl")
+    where.out.makedirs(posixpath.dirname(copy))
+    fs.pipe_file(copy, b"{}\n")
+    run.add_files("archive", ["agents/x/s.jsonl"])
+    run.commit({})
+    assert {"turns/part-run-1-00000.parquet", "archive/agents/x/s.jsonl"} <= set(
+        snapshot(where.out))
+    staged(where.out, "run-2", {0: ["x"]}).commit({})
+    files = snapshot(where.out)
+    assert not any(p.startswith(("turns/", "archive/")) for p in files), files
+    assert set((read_manifest(where.out) or {})["datasets"]) == set(DATASETS)
+
+
 def test_a_crash_inside_the_commit_keeps_the_previous_manifest(
     where: Places, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -125,6 +125,14 @@ class StagedRun:
                 for rel in sorted(set(before.get("files", [])) - rels):
                     if fs.exists(self.out.join(dataset, rel)):
                         fs.rm(self.out.join(dataset, rel))
+            for dataset, before in ((previous or {}).get("datasets") or {}).items():
+                if dataset in files or not isinstance(before, dict):
+                    continue
+                # A dataset the previous run wrote and this one does not (its replay
+                # tables, its compacted archive): OUT holds one run, the one in force.
+                for rel in before.get("files") or []:
+                    if isinstance(rel, str) and fs.exists(self.out.join(dataset, rel)):
+                        fs.rm(self.out.join(dataset, rel))
             for dataset, names in files.items():
                 if dataset in self._files:
                     continue
