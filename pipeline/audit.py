@@ -27,7 +27,7 @@ USAGE_KINDS = ("input", "output", "cache_read", "cache_creation")
 USAGE_FIELDS = ("entry_id", "request_id", "kind", "purpose", "ordinal", "settlement",
                 "winning", "ts", "provider", "model", "on_active_chain", "input_tokens",
                 "output_tokens", "cache_read_tokens", "cache_write_tokens", "billed",
-                "effective", "waste")
+                "effective", "waste", "cache_write_1h_tokens")
 
 
 _USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
@@ -77,6 +77,8 @@ class _Request:
     key: str | None = None
     #: An earlier line of a request streamed over several: not a request of its own.
     part: bool = False
+    #: Of its cache writes, the one-hour ones, where the format says (``meta.write_1h``).
+    write_1h: int | None = None
 
 
 #: ``(ordinal, settlement, usage, provider, model, winning)`` of an attempt with usage.
@@ -178,7 +180,8 @@ def _node_info(entry: Entry) -> Any:
         if role == "assistant":
             meta = entry.meta
             return _Request(usage_of(meta.get("usage")), entry.ts, _name(meta.get("model")),
-                            key=_name(meta.get("request_key")))
+                            key=_name(meta.get("request_key")),
+                            write_1h=token_count(meta.get("write_1h")))
         if role == "user" and is_directive(entry):
             return _DIRECTIVE
     elif kind == "receipt":
@@ -308,9 +311,11 @@ def _merge_streamed(tree: TreeIndex) -> None:
             continue
         final = next((n.info.usage for n in reversed(nodes) if n.info.usage is not None), None)
         carrier = next((n for n in reversed(nodes) if n.on_active_chain), nodes[-1])
+        hour = next((n.info.write_1h for n in reversed(nodes) if n.info.usage is not None), None)
         for n in nodes:
             n.info.part = n is not carrier
             n.info.usage = final if n is carrier else None
+            n.info.write_1h = hour if n is carrier else None
 
 
 def _usage_rows(tree: TreeIndex, header: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -336,7 +341,8 @@ def _usage_rows(tree: TreeIndex, header: dict[str, Any]) -> list[tuple[Any, ...]
             append((node.id, info.key or node.id, "message", None, None, None, None, info.ts,
                     provider,
                     info.model or model, active, u[0], u[1], u[2], u[3], billed,
-                    billed and active, "abandoned" if billed and not active else None))
+                    billed and active, "abandoned" if billed and not active else None,
+                    info.write_1h))
         elif kind is _Receipt and info.metered:
             owner = info.owner
             active = owner.on_active_chain if owner is not None else node.on_active_chain
@@ -350,7 +356,8 @@ def _usage_rows(tree: TreeIndex, header: dict[str, Any]) -> list[tuple[Any, ...]
                         ordinal if type(ordinal) is int and 0 <= ordinal < 2**31 else None,
                         settlement, win, info.ts, a_p or p, a_m or m, active,
                         u[0], u[1], u[2], u[3], True, effective,
-                        None if effective else "abandoned" if win and counts else "retry"))
+                        None if effective else "abandoned" if win and counts else "retry",
+                        None))
     return rows
 
 

@@ -38,7 +38,8 @@ GROUP_KEYS: dict[str, tuple[str, ...]] = {
 }
 #: Columns later runs added to ``usage``: null when pricing an older run's table.
 _ADDED_COLUMNS = ("source", "parent_session_path", "subagent")
-TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+                 "cache_write_1h_tokens")
 _KINDS = ("input", "output", "cache_read", "cache_write")
 #: How a billed record counts: effective, or wasted on an abandoned branch or a retry.
 CATEGORIES = ("effective", "abandoned", "retry")
@@ -191,6 +192,8 @@ def with_added_columns(usage: pa.Table) -> pa.Table:
     for name in _ADDED_COLUMNS:
         if name not in usage.column_names:
             usage = usage.append_column(name, pa.nulls(usage.num_rows, pa.string()))
+    if "cache_write_1h_tokens" not in usage.column_names:
+        usage = usage.append_column("cache_write_1h_tokens", pa.nulls(usage.num_rows, pa.int64()))
     return usage
 
 

@@ -29,8 +29,8 @@ _CTX = Context(prec=60)
 _ZERO = Decimal(0)
 _MEMO_MAX = 4096
 _RATES = ("input", "output", "cache_read", "cache_write")
-_RULE_KEYS = frozenset(("provider", "pattern", "tier", *_RATES))
-_TIER_KEYS = frozenset(("above", *_RATES))
+_RULE_KEYS = frozenset(("provider", "pattern", "tier", "cache_write_1h", *_RATES))
+_TIER_KEYS = frozenset(("above", "cache_write_1h", *_RATES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,9 @@ class Rates:
     output: Decimal
     cache_read: Decimal
     cache_write: Decimal
+    #: One-hour cache writes (where a transcript says which writes were); omitted in a
+    #: table: the ``cache_write`` rate.
+    cache_write_1h: Decimal | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +131,17 @@ class TokenUsage:
     output: int = 0
     cache_read: int = 0
     cache_write: int = 0
+    #: Of ``cache_write``, the one-hour writes (known from Claude Code transcripts only).
+    cache_write_1h: int = 0
 
     def __post_init__(self) -> None:
-        for name in _RATES:
+        for name in (*_RATES, "cache_write_1h"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise UsageError(f"TokenUsage.{name} must be a non-negative int, got {v!r}")
+        if self.cache_write_1h > self.cache_write:
+            raise UsageError("TokenUsage.cache_write_1h is part of cache_write: "
+                             f"{self.cache_write_1h} > {self.cache_write}")
 
     @classmethod
     def of(cls, usage: Usage) -> TokenUsage:
@@ -158,7 +166,8 @@ class TokenUsage:
     def __add__(self, other: TokenUsage) -> TokenUsage:
         return TokenUsage(self.input + other.input, self.output + other.output,
                           self.cache_read + other.cache_read,
-                          self.cache_write + other.cache_write)
+                          self.cache_write + other.cache_write,
+                          self.cache_write_1h + other.cache_write_1h)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,9 +228,12 @@ def price(usage: TokenUsage, rule: Price | None) -> Cost:
     if rule is None:
         return Cost(unknown_model=True)
     r = rule.rates_for(usage.prompt)
+    write = _usd(usage.cache_write, r.cache_write)
+    if usage.cache_write_1h and r.cache_write_1h is not None:
+        write = _CTX.add(_usd(usage.cache_write - usage.cache_write_1h, r.cache_write),
+                         _usd(usage.cache_write_1h, r.cache_write_1h))
     return Cost(_usd(usage.input, r.input), _usd(usage.output, r.output),
-                _usd(usage.cache_read, r.cache_read), _usd(usage.cache_write, r.cache_write),
-                tiered=r is not rule.base)
+                _usd(usage.cache_read, r.cache_read), write, tiered=r is not rule.base)
 
 
 def _get(entry: Mapping[str, Any], key: str, where: str) -> Any:
@@ -243,7 +255,8 @@ def _rates(entry: Mapping[str, Any], where: str) -> Rates:
     inp, out = _rate(entry, "input", where), _rate(entry, "output", where)
     read = _rate(entry, "cache_read", where) if "cache_read" in entry else inp
     write = _rate(entry, "cache_write", where) if "cache_write" in entry else inp
-    return Rates(inp, out, read, write)
+    hour = _rate(entry, "cache_write_1h", where) if "cache_write_1h" in entry else None
+    return Rates(inp, out, read, write, hour)
 
 
 def _only(entry: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:

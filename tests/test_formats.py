@@ -35,7 +35,7 @@ from pipeline.io.storage import resolve
 from pipeline.io.tables import usage_table
 from pipeline.layout import parse_session_path
 from pipeline.nightly import partition, run_nightly
-from pipeline.pricing import load_prices
+from pipeline.pricing import TokenUsage, load_prices, price
 from pipeline.replay_partitions import ReplayOptions
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real"
@@ -337,3 +337,25 @@ def test_any_bytes_after_a_transcript_line_never_crash_the_audit(
     audit = audit_session(key, [first, *tail])
     assert audit.row["source"] in ("claude-code", "codex")
     assert audit.row["lines"] == 1 + len(tail)
+
+
+def test_one_hour_cache_writes_are_priced_at_their_own_rate() -> None:
+    rule = load_prices().lookup("anthropic", "claude-opus-4-6")
+    assert rule is not None and rule.base.cache_write_1h == 2 * rule.base.input
+    five = price(TokenUsage(cache_write=1_000_000), rule).total
+    hour = price(TokenUsage(cache_write=1_000_000, cache_write_1h=400_000), rule).total
+    assert hour - five == 400_000 * (rule.base.cache_write_1h - rule.base.cache_write) / 10**6
+
+
+@needs_real
+def test_claude_code_one_hour_writes_come_from_the_final_streamed_line() -> None:
+    path = CLAUDE / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+    final: dict[tuple[str, str], int] = {}
+    for obj in lines_of(path):
+        if obj.get("type") == "assistant":
+            split = obj["message"]["usage"].get("cache_creation") or {}
+            final[(obj["message"]["id"], obj["requestId"])] = split.get(
+                "ephemeral_1h_input_tokens", 0)
+    audit = audit_file(path)
+    hour = usage_table([audit])["cache_write_1h_tokens"].to_pylist()
+    assert sum(hour) == sum(final.values()) > 0

@@ -11,6 +11,9 @@ The rules, decided in docs/formats.md:
   ``output_tokens`` are a running count), so the request's usage is the one of the
   *final* line of the pair (:mod:`pipeline.audit` keeps the last line of each
   ``request_key``);
+* the one-hour share of a request's cache writes
+  (``usage.cache_creation.ephemeral_1h_input_tokens``) goes with it (``meta.write_1h``),
+  so that it is priced at the one-hour rate;
 * ``<synthetic>`` assistant messages (written by Claude Code itself, never sent) are not
   requests;
 * a subagent file's first entries name parents in the parent session: in a sidechain
@@ -48,6 +51,14 @@ def _usage(usage: Any) -> dict[str, int] | None:
     return {k: count(usage.get(k)) for k in (
         "input_tokens", "output_tokens", "cache_read_input_tokens",
         "cache_creation_input_tokens")}
+
+
+def _hour_writes(usage: Any) -> int | None:
+    """Of a request's cache writes, the one-hour ones (priced apart), when it says."""
+    if type(usage) is not dict or type(usage.get("cache_creation")) is not dict:
+        return None
+    hour = count(usage["cache_creation"].get("ephemeral_1h_input_tokens"))
+    return min(hour, count(usage.get("cache_creation_input_tokens")))
 
 
 class ClaudeCode:
@@ -110,7 +121,9 @@ class ClaudeCode:
             if kind == "assistant":
                 model = text(message.get("model"))
                 if model != SYNTHETIC_MODEL:
-                    meta["usage"] = _usage(message.get("usage"))
+                    usage = message.get("usage")
+                    meta["usage"] = _usage(usage)
+                    meta["write_1h"] = _hour_writes(usage)
                     meta["model"] = model
                     meta["request_key"] = f"{text(message.get('id'))}:{text(obj.get('requestId'))}"
                     if model and not header.get("model"):

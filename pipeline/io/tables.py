@@ -90,6 +90,9 @@ USAGE_SCHEMA = pa.schema(
         ("billed", pa.bool_()),
         ("effective", pa.bool_()),
         ("waste", pa.string()),
+        # Of cache_write_tokens, the one-hour writes, where the transcript says (Claude
+        # Code); null for vak, whose ledgers do not.
+        ("cache_write_1h_tokens", pa.int64()),
         ("source", pa.string()),
         ("parent_session_path", pa.string()),
         ("subagent", pa.string()),
