@@ -181,8 +181,8 @@ def print_cost_summary(outcome: CostOutcome) -> None:
     t = outcome.totals.totals
     click.echo(f"run {outcome.run_id}: {outcome.rows:,} usage records")
     if outcome.copies:
-        click.echo(f"  {outcome.copies:,} copies of requests another file holds too "
-                   "(resumed or forked sessions) counted once")
+        click.echo(f"  {outcome.copies:,} copies of requests another file holds too (a "
+                   "subagent's in its parent, a resumed or forked session) counted once")
     for name, label in (("billed", "billed"), ("effective", "effective"),
                         ("wasted", "wasted"), ("wasted_abandoned", "  abandoned branches"),
                         ("wasted_retry", "  failed/retried")):

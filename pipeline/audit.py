@@ -27,7 +27,7 @@ USAGE_KINDS = ("input", "output", "cache_read", "cache_creation")
 USAGE_FIELDS = ("entry_id", "request_id", "kind", "purpose", "ordinal", "settlement",
                 "winning", "ts", "provider", "model", "on_active_chain", "input_tokens",
                 "output_tokens", "cache_read_tokens", "cache_write_tokens", "billed",
-                "effective", "waste", "cache_write_1h_tokens")
+                "effective", "waste", "cache_write_1h_tokens", "subagent")
 
 
 _USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
@@ -79,6 +79,9 @@ class _Request:
     part: bool = False
     #: Of its cache writes, the one-hour ones, where the format says (``meta.write_1h``).
     write_1h: int | None = None
+    #: A subagent's request copied into its parent's transcript: the subagent's id. Its
+    #: usage is a record of that subagent, never a request of this session.
+    mirror: str | None = None
 
 
 #: ``(ordinal, settlement, usage, provider, model, winning)`` of an attempt with usage.
@@ -179,14 +182,26 @@ def _node_info(entry: Entry) -> Any:
         role = message.get("role") if type(message) is dict else None
         if role == "assistant":
             meta = entry.meta
-            return _Request(usage_of(meta.get("usage")), entry.ts, _name(meta.get("model")),
-                            key=_name(meta.get("request_key")),
-                            write_1h=token_count(meta.get("write_1h")))
+            return _Request(usage_of(meta.get("usage")), entry.ts, _name(meta.get("model")))
         if role == "user" and is_directive(entry):
             return _DIRECTIVE
     elif kind == "receipt":
         return _receipt_info(entry)
     return None
+
+
+def _transcript_info(entry: Entry) -> Any:
+    """:func:`_node_info` of an entry an adapter made (:mod:`pipeline.formats`): its
+    requests also carry the request they are part of, their one-hour cache writes and,
+    for a subagent's request copied into its parent, the subagent. Never read from a
+    vak ledger, whatever its ``meta`` holds."""
+    info = _node_info(entry)
+    if type(info) is _Request:
+        meta = entry.meta
+        info.key = _name(meta.get("request_key"))
+        info.write_1h = token_count(meta.get("write_1h"))
+        info.mirror = _name(meta.get("mirror"))
+    return info
 
 
 def ts_nanos(ts: str | None) -> int | None:
@@ -270,7 +285,7 @@ def _figures(tree: TreeIndex) -> dict[str, Any]:
     for node in tree.nodes:
         info = node.info
         if isinstance(info, _Request):
-            if info.part:
+            if info.part or info.mirror is not None:
                 continue
             requests[node.on_active_chain] += 1
             u = info.usage
@@ -318,7 +333,8 @@ def _merge_streamed(tree: TreeIndex) -> None:
             n.info.write_1h = hour if n is carrier else None
 
 
-def _usage_rows(tree: TreeIndex, header: dict[str, Any]) -> list[tuple[Any, ...]]:
+def _usage_rows(tree: TreeIndex, header: dict[str, Any],
+                subagent: str | None = None) -> list[tuple[Any, ...]]:
     """The usage records of a session, flagged billed / effective / waste.
 
     The rules are in ``docs/cost-rules.md`` ("Billed, effective, wasted"). Runs after
@@ -335,14 +351,16 @@ def _usage_rows(tree: TreeIndex, header: dict[str, Any]) -> list[tuple[Any, ...]
             u = info.usage
             if u is None:
                 continue
-            active = node.on_active_chain
+            # A subagent's request copied into its parent hangs off the parent's chain
+            # as a progress line: where it hangs says nothing of the subagent's work.
+            active = node.on_active_chain or info.mirror is not None
             # Its receipt's winning attempt is the same request: that one is billed.
             billed = info.receipt is None
-            append((node.id, info.key or node.id, "message", None, None, None, None, info.ts,
-                    provider,
-                    info.model or model, active, u[0], u[1], u[2], u[3], billed,
-                    billed and active, "abandoned" if billed and not active else None,
-                    info.write_1h))
+            append((node.id, info.key or node.id,
+                    "message" if info.mirror is None else "mirror", None, None, None, None,
+                    info.ts, provider, info.model or model, active, u[0], u[1], u[2], u[3],
+                    billed, billed and active, "abandoned" if billed and not active else None,
+                    info.write_1h, info.mirror or subagent))
         elif kind is _Receipt and info.metered:
             owner = info.owner
             active = owner.on_active_chain if owner is not None else node.on_active_chain
@@ -357,7 +375,7 @@ def _usage_rows(tree: TreeIndex, header: dict[str, Any]) -> list[tuple[Any, ...]
                         settlement, win, info.ts, a_p or p, a_m or m, active,
                         u[0], u[1], u[2], u[3], True, effective,
                         None if effective else "abandoned" if win and counts else "retry",
-                        None))
+                        None, subagent))
     return rows
 
 
@@ -389,11 +407,12 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
     stats = LineStats()
     add = tree.add
     items = read_ledger(lines, stats) if fmt is None else fmt.read(lines, stats, header)
+    info = _node_info if fmt is None else _transcript_info
     for item in items:
         if isinstance(item, Finding):
             findings.append(item)
             continue
-        found = add(item, _node_info(item))
+        found = add(item, info(item))
         if found:
             findings.extend(found)
         if (fmt is None and item.kind == "header" and tree.header is not None
@@ -438,7 +457,7 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
     row.update(_figures(tree))
     links = [(key.path, *link) for link in header.get("links", ())]
     return SessionAudit(row, findings, frozenset((n.line, n.id) for n in active),
-                        _usage_rows(tree, header), links)
+                        _usage_rows(tree, header, key.subagent), links)
 
 
 def _placement(key: SessionKey, tree: TreeIndex, header: dict[str, Any]) -> list[Finding]:

@@ -87,7 +87,7 @@ def test_claude_code_streamed_lines_are_one_request_with_the_final_usage(path: P
     assert audit.row["source"] == "claude-code"
     assert audit.row["requests"] + audit.row["requests_abandoned"] == requests
     assert usage_sums(audit) == sums
-    assert len(audit.usage) == requests
+    assert sum(r[2] == "message" for r in audit.usage) == requests
     assert audit.row["errors"] == 0, audit.findings
 
 
@@ -126,6 +126,27 @@ def test_subagents_link_to_the_tool_call_and_to_their_parent_session() -> None:
     assert child.row["subagent"] == "a881341"
     assert child.row["session_id"] == parent.row["session_id"]
     assert child.findings == []  # its first parent lives in the parent session
+
+
+@needs_real
+def test_subagent_requests_copied_into_the_parent_are_its_records_priced_once() -> None:
+    parent = audit_file(CLAUDE / "258c7280-ae70-4798-800f-63464d01a85d.jsonl")
+    child = audit_file(CLAUDE / "258c7280-ae70-4798-800f-63464d01a85d" / "subagents"
+                       / "agent-a881341.jsonl")
+    mirrors = {r[1] for r in parent.usage if r[2] == "mirror"}
+    own = {r[1] for r in child.usage}
+    assert mirrors and mirrors <= own and len(own) == 3  # the last one is not copied
+    assert {r[-1] for r in parent.usage if r[2] == "mirror"} == {"a881341"}
+    usage = usage_table([parent, child])
+    once, copies = drop_copies(usage)
+    assert copies == len(mirrors)
+    by = price_usage(once, load_prices(), ("subagent",)).table.to_pylist()
+    assert {r["subagent"]: r["records"] for r in by}["a881341"] == 3
+    # A subagent whose own file is missing: the copies are its only record.
+    lone = audit_file(CLAUDE / "subagent.jsonl")
+    orphans = [r for r in lone.usage if r[2] == "mirror"]
+    assert {r[-1] for r in orphans} == {"afb92ff"} and len({r[1] for r in orphans}) == 5
+    assert lone.row["requests"] == sum(r[2] == "message" for r in lone.usage)
 
 
 CODEX_FILES = sorted(CODEX.glob("*.jsonl")) if CODEX.is_dir() else []
@@ -241,8 +262,9 @@ def test_a_resumed_copy_of_a_request_is_priced_once_and_subagents_under_the_pare
                          / "agent-a881341.jsonl")]
     usage = usage_table(audits)
     once, copies = drop_copies(usage)
-    assert copies == audits[0].row["requests"]
-    assert once.num_rows == usage.num_rows - copies
+    distinct = set(usage["request_id"].to_pylist())
+    assert copies >= audits[0].row["requests"] and once.num_rows == len(distinct)
+    assert sorted(once["request_id"].to_pylist()) == sorted(distinct)
     by_session = price_usage(once, load_prices(), ("session", "subagent")).table.to_pylist()
     parents = {r["session_path"] for r in by_session}
     assert parents == {audits[0].row["session_path"]}
@@ -357,5 +379,7 @@ def test_claude_code_one_hour_writes_come_from_the_final_streamed_line() -> None
             final[(obj["message"]["id"], obj["requestId"])] = split.get(
                 "ephemeral_1h_input_tokens", 0)
     audit = audit_file(path)
-    hour = usage_table([audit])["cache_write_1h_tokens"].to_pylist()
+    usage = usage_table([audit])
+    hour = [h for h, k in zip(usage["cache_write_1h_tokens"].to_pylist(),
+                              usage["kind"].to_pylist(), strict=True) if k == "message"]
     assert sum(hour) == sum(final.values()) > 0

@@ -18,6 +18,10 @@ The rules, decided in docs/formats.md:
   requests;
 * a subagent file's first entries name parents in the parent session: in a sidechain
   file a parent not seen yet is the transcript's root, not an orphan;
+* a parent's ``agent_progress`` lines copy its subagent's lines; the assistant ones are
+  the subagent's requests (``meta.mirror``): usage records of that subagent, never
+  requests of the parent, priced once with the subagent file's own copy
+  (:func:`pipeline.costs.drop_copies`) and the only record when that file is missing;
 * a user line whose ``toolUseResult`` has an ``agentId`` links that subagent to the
   ``tool_use`` it answers (``header["links"]``).
 """
@@ -59,6 +63,34 @@ def _hour_writes(usage: Any) -> int | None:
         return None
     hour = count(usage["cache_creation"].get("ephemeral_1h_input_tokens"))
     return min(hour, count(usage.get("cache_creation_input_tokens")))
+
+
+def _request_meta(line: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
+    """The request an assistant line is part of: usage, model, key (none if synthetic)."""
+    model = text(message.get("model"))
+    if model == SYNTHETIC_MODEL:
+        return {}
+    usage = message.get("usage")
+    return {"usage": _usage(usage), "write_1h": _hour_writes(usage), "model": model,
+            "request_key": f"{text(message.get('id'))}:{text(line.get('requestId'))}"}
+
+
+def _mirrored_request(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """A subagent's assistant line as its parent's ``agent_progress`` line copies it: a
+    request of the subagent (``meta.mirror``: its id), or ``None``."""
+    data = obj.get("data")
+    if obj.get("type") != "progress" or type(data) is not dict or \
+            data.get("type") != "agent_progress":
+        return None
+    line = data.get("message")
+    if type(line) is not dict or line.get("type") != "assistant" or \
+            type(line.get("message")) is not dict:
+        return None
+    meta = _request_meta(line, line["message"])
+    if not meta:
+        return None
+    meta["mirror"] = text(data.get("agentId")) or "?"
+    return {"message": {"role": "assistant", "content": []}, "meta": meta}
 
 
 class ClaudeCode:
@@ -119,15 +151,9 @@ class ClaudeCode:
             blocks = _blocks(message.get("content"))
             meta: dict[str, Any] = {}
             if kind == "assistant":
-                model = text(message.get("model"))
-                if model != SYNTHETIC_MODEL:
-                    usage = message.get("usage")
-                    meta["usage"] = _usage(usage)
-                    meta["write_1h"] = _hour_writes(usage)
-                    meta["model"] = model
-                    meta["request_key"] = f"{text(message.get('id'))}:{text(obj.get('requestId'))}"
-                    if model and not header.get("model"):
-                        header["model"] = model
+                meta = _request_meta(obj, message)
+                if meta.get("model") and not header.get("model"):
+                    header["model"] = meta["model"]
             else:
                 if obj.get("isMeta") is True:
                     meta["control"] = "meta"
@@ -142,4 +168,7 @@ class ClaudeCode:
             return "message", {"message": {"role": kind, "content": blocks}, "meta": meta}
         if kind == "system" and obj.get("subtype") == "compact_boundary":
             return "compaction", obj
+        mirrored = _mirrored_request(obj)
+        if mirrored is not None:
+            return "message", mirrored
         return "activity", obj

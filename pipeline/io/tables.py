@@ -197,8 +197,7 @@ _USAGE_RECORD = pa.struct([(n, pa.string() if n == "ts" else USAGE_SCHEMA.field(
 
 
 #: The usage columns taken from the session's row, the same on all its records.
-SESSION_COLUMNS = ("session_path", "session_id", "agent", "source", "parent_session_path",
-                   "subagent")
+SESSION_COLUMNS = ("session_path", "session_id", "agent", "source", "parent_session_path")
 
 
 def _usage_batch(rows: list[tuple[Any, ...]], sessions: list[tuple[Any, ...]],
