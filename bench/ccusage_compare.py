@@ -10,22 +10,24 @@ cache creation, cache read) and in US dollars where both tools price the model:
   into ``bench/.cache/ccusage`` (git-ignored; ``--ccusage-dir`` elsewhere);
 * vakpipe, through its CLI: ``vakpipe audit ROOT --out OUT`` then ``vakpipe cost OUT
   --by day,model --report-dir REPORT``, reading ``REPORT/costs.csv`` (billed tokens and
-  dollars) and the ``usage`` Parquet dataset (per file). Skipped, with the reason, until
-  the Claude Code adapter (``pipeline/formats/claude_code.py``) is there;
+  dollars) and the ``usage`` Parquet dataset (per file: its request rows, and its
+  ``kind = mirror`` rows, a subagent's requests as copied in its parent). Skipped, with
+  the reason, until the Claude Code adapter (``pipeline/formats/claude_code.py``) is there;
 * an independent recount (:func:`recount`): a small pure-Python pass over the JSONL. One
   request per ``message.id`` + ``requestId``, counted with its FINAL streamed line (Claude
   Code writes one line per content block, and only the last carries the final
   ``output_tokens``), over every session file and every ``subagents/agent-*.jsonl``
-  (compaction ``agent-acompact-*`` included). Requests that appear only as
-  ``agent_progress`` mirrors in a parent file (their subagent file is absent) are kept
-  apart and reported, not counted. Its dollars use vakpipe's price table, one request
+  (compaction ``agent-acompact-*`` included), plus the requests that appear only as
+  ``agent_progress`` mirrors in a parent file (their subagent file is absent): what is
+  billed. A request held by several files (a transcript line and its mirrors, or mirrors
+  in several files) is counted once. Its dollars use vakpipe's price table, one request
   at a time, with the one-hour share of the cache writes
   (``usage.cache_creation.ephemeral_1h_input_tokens`` of the final line) passed as
   ``TokenUsage.cache_write_1h`` and so priced at the table's ``cache_write_1h`` rate, as
   vakpipe does; ``priced(..., one_hour=False)`` gives the five-minute-only figure (every
   write at ``cache_write``: vakpipe before that rate, ccusage 18.0.11).
 
-Then every difference is attributed (progress mirrors, first vs final streamed line,
+Then every difference is attributed (progress mirrors ignored, first vs final streamed line,
 one-hour cache writes priced at their own rate, models one side does not price) and
 what is left unexplained is printed. Then run times, best of ``--repeats`` in this run:
 ccusage (as users run it: node wrapper + native binary, and the native binary alone),
@@ -108,9 +110,13 @@ class Recount:
     files: list[str] = field(default_factory=list)
     lines: int = 0
     bytes: int = 0
+    #: Requests in transcript lines (``type: assistant``), each in the file seen first.
     requests: list[Request] = field(default_factory=list)
-    #: Requests seen only in ``agent_progress`` mirrors, never in a transcript line.
+    #: Requests seen only in ``agent_progress`` mirrors, never in a transcript line
+    #: (counted too: their subagent file is missing), each in the file seen first.
     progress_only: list[Request] = field(default_factory=list)
+    #: Every mirrored request, one per file that mirrors it (final mirrored line there).
+    mirrors: list[Request] = field(default_factory=list)
     #: Requests also mirrored in ``agent_progress`` lines, and how many of those mirrors'
     #: biggest copy differs from the transcript's final line.
     mirrored: int = 0
@@ -119,6 +125,11 @@ class Recount:
     copies: int = 0
     #: Assistant lines without a usable usage object (not counted).
     unusable: int = 0
+
+    @property
+    def counted(self) -> list[Request]:
+        """What is billed: the transcript lines' requests and the mirrors-only ones."""
+        return self.requests + self.progress_only
 
 
 def transcript_files(root: Path) -> list[Path]:
@@ -190,7 +201,7 @@ def recount_files(files: Iterable[Path], root: Path) -> Recount:
     """Count the requests of ``files`` (paths under ``root``); see the module docstring."""
     out = Recount()
     top: dict[tuple[str, str], _Seen] = {}
-    mirrors: dict[tuple[str, str], _Seen] = {}
+    mirrors: dict[str, dict[tuple[str, str], _Seen]] = defaultdict(dict)
     owner: dict[tuple[str, str], str] = {}
     copied: set[tuple[tuple[str, str], str]] = set()
     for path in files:
@@ -230,12 +241,19 @@ def recount_files(files: Iterable[Path], root: Path) -> Recount:
                     msg = inner["message"]
                     mid, req = msg.get("id"), inner.get("requestId")
                     if isinstance(mid, str) and isinstance(req, str):
-                        _observe(mirrors, (mid, req), rel, "progress", inner, msg)
+                        _observe(mirrors[rel], (mid, req), rel, "progress", inner, msg)
     out.requests = [s.request for s in top.values()]
-    out.progress_only = [s.request for k, s in mirrors.items() if k not in top]
-    out.mirrored = sum(k in top for k in mirrors)
+    only: dict[tuple[str, str], Request] = {}
+    for per_file in mirrors.values():  # files in order: a key's first file holds it
+        for k, s in per_file.items():
+            out.mirrors.append(s.request)
+            if k not in top:
+                only.setdefault(k, s.request)
+    out.progress_only = list(only.values())
+    keys = {k for per_file in mirrors.values() for k in per_file}
+    out.mirrored = sum(k in top for k in keys)
     out.mirror_differs = sum(k in top and s.request.biggest != top[k].request.tokens
-                             for k, s in mirrors.items())
+                             for per_file in mirrors.values() for k, s in per_file.items())
     out.copies = len(copied)
     return out
 
@@ -403,9 +421,14 @@ class Vakpipe:
     """vakpipe's figures: costs.csv per (day, model) and the usage rows per file."""
 
     by_day_model: dict[tuple[str, str], tuple[Tokens, float, bool]]  # tokens, USD, unknown
-    by_file: dict[str, Tokens]  # billed tokens per session_path
-    hour_by_file: dict[str, int]  # billed one-hour cache writes per session_path
-    rows: int  # billed usage rows
+    by_file: dict[str, Tokens]  # billed tokens per session_path, mirrors left out
+    hour_by_file: dict[str, int]  # billed one-hour cache writes per session_path, the same
+    rows: int  # billed usage rows, mirrors left out
+    #: ``kind = mirror`` rows (a subagent's requests copied in its parent file), per
+    #: session_path: tokens, one-hour writes, rows. Priced once with any other copy.
+    mirror_by_file: dict[str, Tokens]
+    mirror_hour_by_file: dict[str, int]
+    mirror_rows: int
     waste: dict[str, int]  # billed tokens by waste reason (abandoned, retry)
     audit_exit: int
 
@@ -460,19 +483,25 @@ def run_vakpipe(root: Path, scratch: Path, workers: int | None) -> Vakpipe | str
     usage = read_dataset(resolve(str(out)), "usage").to_pylist()
     files: dict[str, Tokens] = defaultdict(lambda: ZERO)
     hours: dict[str, int] = defaultdict(int)
+    m_files: dict[str, Tokens] = defaultdict(lambda: ZERO)
+    m_hours: dict[str, int] = defaultdict(int)
     waste: dict[str, int] = defaultdict(int)
-    rows = 0
+    rows = m_rows = 0
     for u in usage:
         if not u["billed"]:
             continue
-        rows += 1
+        mirror = u.get("kind") == "mirror"
+        rows += not mirror
+        m_rows += mirror
         t = (u["input_tokens"] or 0, u["output_tokens"] or 0, u["cache_write_tokens"] or 0,
              u["cache_read_tokens"] or 0)
-        files[u["session_path"]] = _add(files[u["session_path"]], t)
-        hours[u["session_path"]] += u.get("cache_write_1h_tokens") or 0  # column: newer
+        where, hour = (m_files, m_hours) if mirror else (files, hours)
+        where[u["session_path"]] = _add(where[u["session_path"]], t)
+        hour[u["session_path"]] += u.get("cache_write_1h_tokens") or 0  # column: newer
         if u["waste"]:
             waste[u["waste"]] += sum(t)
-    return Vakpipe(table, dict(files), dict(hours), rows, dict(waste), audit.returncode)
+    return Vakpipe(table, dict(files), dict(hours), rows, dict(m_files), dict(m_hours),
+                   m_rows, dict(waste), audit.returncode)
 
 
 # --------------------------------------------------------------------------- printing
@@ -665,14 +694,14 @@ def report(rc: Recount, ccusages: list[tuple[str, dict[str, CcusageDay]]], sessi
             vt[day] = _add(vt.get(day, ZERO), t)
             vu[day] += usd if model in both else 0.0
         sides.append(Side("vakpipe", vt, dict(vu)))
-    truth = Side("recount", day_totals(by_day(rc.requests)),
-                 priced(rc.requests, one_hour=True, models=both)[0])
+    truth = Side("recount", day_totals(by_day(rc.counted)),
+                 priced(rc.counted, one_hour=True, models=both)[0])
     days: list[str] = sorted(set().union(*(s.tokens for s in [*sides, truth])))
 
     print("Daily totals, UTC days. recount: final streamed line per message.id + requestId, "
-          "every transcript file (subagents and compactions included), no agent_progress "
-          "mirrors; USD at vakpipe's price table, one-hour cache writes at its "
-          "cache_write_1h rate. vakpipe: billed.")
+          "every transcript file (subagents and compactions included), and the requests "
+          "only in agent_progress mirrors, each once; USD at vakpipe's price table, one-hour "
+          "cache writes at its cache_write_1h rate. vakpipe: billed.")
     rows = []
     for day in days:
         t = truth.tokens.get(day, ZERO)
@@ -703,14 +732,15 @@ def explain(rc: Recount, sides: list[Side], both: set[str], md: bool) -> None:
     """For each ccusage, the behaviour that predicts its figures best, and per day the
     difference from the recount split into its causes, with what is left unexplained.
 
-    The recount keeps the final line, reads no mirrors and prices one-hour writes at
-    their own rate; each cause is the step from it towards the behaviour: the line kept,
-    then one-hour writes at the 5-minute rate (if the behaviour does so), then the
-    mirrors-only requests. A cause column that is 0 on every day is left out."""
+    The recount keeps the final line, counts the mirrors-only requests and prices
+    one-hour writes at their own rate; each cause is the step from it towards the
+    behaviour: the line kept, then one-hour writes at the 5-minute rate (if the behaviour
+    does so), then the mirrors-only requests left out (if it ignores mirrors). A cause
+    column that is 0 on every day is left out."""
     candidates = behaviours(rc, both)
-    final = day_totals(by_day(rc.requests))
+    final = day_totals(by_day(rc.counted))
     mirrors = {m: day_totals(by_day(rc.progress_only, LINE_RULES[m])) for m in LINE_RULES}
-    base_usd = priced(rc.requests, one_hour=True, models=both)[0]
+    base_usd = priced(rc.counted, one_hour=True, models=both)[0]
     for side in sides:
         best = min(candidates, key=lambda b: residual(side, b))
         tok_left, usd_left = residual(side, best)
@@ -719,14 +749,14 @@ def explain(rc: Recount, sides: list[Side], both: set[str], md: bool) -> None:
         print(f"{side.name} − recount, explained: it {best.words(ties)} "
               f"(unexplained: {tok_left:,} tokens, ${usd_left:.4f})")
         pick = LINE_RULES[best.line]
-        line_only = day_totals(by_day(rc.requests, pick))
-        line_usd = priced(rc.requests, one_hour=True, pick=pick, models=both)[0]
-        line_ttl = priced(rc.requests, one_hour=best.one_hour, pick=pick, models=both)[0]
+        line_only = day_totals(by_day(rc.counted, pick))
+        line_usd = priced(rc.counted, one_hour=True, pick=pick, models=both)[0]
+        line_ttl = priced(rc.counted, one_hour=best.one_hour, pick=pick, models=both)[0]
         cols: dict[str, list[str]] = defaultdict(list)
         zero: dict[str, bool] = defaultdict(lambda: True)
         for day in sorted(set(side.tokens) | set(final)):
             gap = _sub(side.tokens.get(day, ZERO), final.get(day, ZERO))
-            m = mirrors[best.line].get(day, ZERO) if best.mirrors else ZERO
+            m = _sub(ZERO, mirrors[best.line].get(day, ZERO)) if not best.mirrors else ZERO
             ln = _sub(line_only.get(day, ZERO), final.get(day, ZERO))
             usd_gap = side.usd.get(day, 0.0) - base_usd.get(day, 0.0)
             usd_line = line_usd.get(day, 0.0) - base_usd.get(day, 0.0)
@@ -735,11 +765,11 @@ def explain(rc: Recount, sides: list[Side], both: set[str], md: bool) -> None:
             cells = {
                 "day": (day, False),
                 "tokens (in/out/write/read)": ("/".join(map(_d, gap)), False),
-                "tokens: mirrors only": ("/".join(map(_d, m)), m != ZERO),
+                "tokens: mirrors ignored": ("/".join(map(_d, m)), m != ZERO),
                 "tokens: line kept": ("/".join(map(_d, ln)), ln != ZERO),
                 "tokens: unexplained": ("/".join(map(_d, _sub(_sub(gap, m), ln))), False),
                 "USD": (_dusd(usd_gap), False),
-                "USD: mirrors only": (_dusd(usd_m), _dusd(usd_m) != "0"),
+                "USD: mirrors ignored": (_dusd(usd_m), _dusd(usd_m) != "0"),
                 "USD: line kept": (_dusd(usd_line), _dusd(usd_line) != "0"),
                 "USD: 1h writes at the 5-minute rate": (_dusd(usd_1h), _dusd(usd_1h) != "0"),
                 "USD: unexplained": (_dusd(usd_gap - usd_m - usd_line - usd_1h), False)}
@@ -777,25 +807,27 @@ def notes(rc: Recount, pinned: Side, sessions: Any) -> None:
                                                             key=lambda r: r.key)))
     hour: dict[str, int] = defaultdict(int)
     write: dict[str, int] = defaultdict(int)
-    for r in rc.requests:
-        hour[r.day] += r.cache_1h
+    for r in rc.counted:
+        hour[r.day] += min(r.cache_1h, r.tokens[2])
         write[r.day] += r.tokens[2]
     print("- one-hour cache writes (usage.cache_creation.ephemeral_1h_input_tokens) of all "
-          "cache writes: " + ", ".join(f"{d} {hour[d]:,} of {write[d]:,}" for d in sorted(hour)))
-    at_1h, _ = priced(rc.requests, one_hour=True)
-    at_5m, _ = priced(rc.requests, one_hour=False)
-    print(f"- recount USD with one-hour writes at their rate (vakpipe now): "
+          "cache writes, mirrors-only requests included: " + ", ".join(
+              f"{d} {hour[d]:,} of {write[d]:,}" for d in sorted(hour)))
+    at_1h, _ = priced(rc.counted, one_hour=True)
+    at_5m, _ = priced(rc.counted, one_hour=False)
+    print(f"- recount USD (mirrors-only requests included) with one-hour writes at their "
+          f"rate (vakpipe now): "
           f"${sum(at_1h.values()):,.4f}; every write at the 5-minute rate (vakpipe before "
           f"cache_write_1h, ccusage 18.0.11): ${sum(at_5m.values()):,.4f}, short by "
           f"${sum(at_1h.values()) - sum(at_5m.values()):,.4f}: " + ", ".join(
               f"{d} {at_1h[d] - at_5m.get(d, 0.0):,.4f}" for d in sorted(at_1h)))
     by_src: dict[str, Tokens] = defaultdict(lambda: ZERO)
     n_src: dict[str, int] = defaultdict(int)
-    for r in rc.requests:
+    for r in rc.counted:
         by_src[r.source] = _add(by_src[r.source], r.tokens)
         n_src[r.source] += 1
     side = sum(r.sidechain for r in rc.requests)
-    print("- by file kind (counted by ccusage, vakpipe and the recount alike): " + "; ".join(
+    print("- by file kind (progress: mirrors only): " + "; ".join(
         f"{s}: {n_src[s]} requests, {sum(t):,} tokens" for s, t in sorted(by_src.items())) +
         f"; {side} requests are isSidechain lines, all in subagents/ files")
     s_tot = sessions.get("totals", {})
@@ -811,32 +843,56 @@ def notes(rc: Recount, pinned: Side, sessions: Any) -> None:
 
 def vakpipe_differences(rc: Recount, vk: Vakpipe, md: bool) -> None:
     """vakpipe − recount per file (the usage table's session_path vs the file): the four
-    token kinds and the one-hour share of the cache writes."""
-    mine: dict[str, Tokens] = defaultdict(lambda: ZERO)
-    mine_1h: dict[str, int] = defaultdict(int)
-    for r in rc.requests:
-        mine[r.path] = _add(mine[r.path], r.tokens)
-        mine_1h[r.path] += min(r.cache_1h, r.tokens[2])
-    theirs: dict[str, Tokens] = defaultdict(lambda: ZERO)
-    theirs_1h: dict[str, int] = defaultdict(int)
-    for path, t in vk.by_file.items():  # session_path may carry a prefix: match the tail
-        rel = next((f for f in mine if path == f or path.endswith("/" + f)), path)
-        theirs[rel] = _add(theirs[rel], t)
-        theirs_1h[rel] += vk.hour_by_file.get(path, 0)
-    rows = [[f, _n(sum(theirs.get(f, ZERO))), _n(sum(mine.get(f, ZERO))),
-             "/".join(_d(x) for x in _sub(theirs.get(f, ZERO), mine.get(f, ZERO))),
-             _d(theirs_1h.get(f, 0) - mine_1h.get(f, 0))]
-            for f in sorted(set(mine) | set(theirs))
-            if theirs.get(f, ZERO) != mine.get(f, ZERO) or theirs_1h.get(f, 0) != mine_1h.get(f, 0)]
-    print(f"vakpipe − recount per file: {vk.rows} billed usage rows vs {len(rc.requests)} "
-          f"requests; {sum(theirs_1h.values()):,} vs {sum(mine_1h.values()):,} one-hour "
-          f"cache-write tokens; audit exit {vk.audit_exit}; billed tokens on waste: "
-          f"{dict(vk.waste) or 'none'}")
+    token kinds and the one-hour share of the cache writes, for the requests of the
+    file's own lines (usage rows of any kind but ``mirror``) and, apart, for the
+    subagents' requests it mirrors (``kind = mirror`` rows vs the recount's mirrors)."""
+
+    def per_file(reqs: Iterable[Request]) -> tuple[dict[str, Tokens], dict[str, int]]:
+        toks: dict[str, Tokens] = defaultdict(lambda: ZERO)
+        hours: dict[str, int] = defaultdict(int)
+        for r in reqs:
+            toks[r.path] = _add(toks[r.path], r.tokens)
+            hours[r.path] += min(r.cache_1h, r.tokens[2])
+        return toks, hours
+
+    def theirs_of(by_file: dict[str, Tokens], hour_by_file: dict[str, int],
+                  names: Iterable[str]) -> tuple[dict[str, Tokens], dict[str, int]]:
+        toks: dict[str, Tokens] = defaultdict(lambda: ZERO)
+        hours: dict[str, int] = defaultdict(int)
+        known = list(names)
+        for path, t in by_file.items():  # session_path may carry a prefix: match the tail
+            rel = next((f for f in known if path == f or path.endswith("/" + f)), path)
+            toks[rel] = _add(toks[rel], t)
+            hours[rel] += hour_by_file.get(path, 0)
+        return toks, hours
+
+    rows = []
+    sums: dict[str, tuple[int, int]] = {}
+    for what, reqs, by_file, hour_by_file in (
+            ("requests", rc.requests, vk.by_file, vk.hour_by_file),
+            ("mirrors", rc.mirrors, vk.mirror_by_file, vk.mirror_hour_by_file)):
+        mine, mine_1h = per_file(reqs)
+        theirs, theirs_1h = theirs_of(by_file, hour_by_file, rc.files)
+        sums[what] = (sum(theirs_1h.values()), sum(mine_1h.values()))
+        rows += [[f, what, _n(sum(theirs.get(f, ZERO))), _n(sum(mine.get(f, ZERO))),
+                  "/".join(_d(x) for x in _sub(theirs.get(f, ZERO), mine.get(f, ZERO))),
+                  _d(theirs_1h.get(f, 0) - mine_1h.get(f, 0))]
+                 for f in sorted(set(mine) | set(theirs))
+                 if theirs.get(f, ZERO) != mine.get(f, ZERO)
+                 or theirs_1h.get(f, 0) != mine_1h.get(f, 0)]
+    print(f"vakpipe − recount per file: {vk.rows} billed usage rows (not mirrors) vs "
+          f"{len(rc.requests)} requests in transcript lines, {sums['requests'][0]:,} vs "
+          f"{sums['requests'][1]:,} one-hour cache-write tokens; {vk.mirror_rows} "
+          f"kind = mirror rows vs {len(rc.mirrors)} mirrored requests "
+          f"({len(rc.progress_only)} of them only mirrored), {sums['mirrors'][0]:,} vs "
+          f"{sums['mirrors'][1]:,} one-hour cache-write tokens; audit exit {vk.audit_exit}; "
+          f"billed tokens on waste: {dict(vk.waste) or 'none'}")
     if rows:
-        print(table(["file", "vakpipe", "recount", "in/out/write/read", "1h writes"], rows,
-                    md, left=1))
+        print(table(["file", "rows", "vakpipe", "recount", "in/out/write/read", "1h writes"],
+                    rows, md, left=2))
     else:
-        print("every file agrees, token for token, one-hour writes included")
+        print("every file agrees, token for token, one-hour writes included, for its own "
+              "requests and for the subagents' requests it mirrors")
 
 
 def timings(tools: list[Ccusage], env: dict[str, str], root: Path, scratch: Path,
