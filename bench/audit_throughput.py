@@ -27,12 +27,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import contextlib
 
-from bench.common import BENCH_DIR, cluster, corpus_bytes, fleet, timed, worker_peaks
-from pipeline.generate import generate_session
+from bench.common import (
+    BENCH_DIR,
+    MB,
+    cluster,
+    corpus_bytes,
+    fleet,
+    one_session,
+    timed,
+    worker_peaks,
+)
 from pipeline.io.storage import resolve
 from pipeline.orchestrate import run_audit
-
-MB = 1_000_000
 
 
 def raw_floor(root: Path) -> int:
@@ -68,21 +74,6 @@ def audit_with(root: Path, workers: int, repeat: int = 1,
         shutil.rmtree(out, ignore_errors=True)
 
 
-def big_session(mb: int) -> Path:
-    """A root holding exactly one session of about ``mb`` MB, streamed to disk."""
-    root = BENCH_DIR / f"big-{mb}"
-    marker = root / ".complete"
-    if not marker.exists():
-        s = generate_session(11, target_bytes=mb * MB, consistent=False)
-        path = root / s.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as f:
-            for line in s.lines():
-                f.write(line)
-        marker.write_text("ok")
-    return root
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=500, help="size of the fleet corpus (MB)")
@@ -110,7 +101,7 @@ def main() -> None:
     print(f"vakpipe audit, 2 workers:                  {two:8.1f} MB/s  "
           f"= {two / one:.2f} x 1 worker (target >= 1.60)")
 
-    big = big_session(args.big_mb)
+    big = one_session(BENCH_DIR / f"big-{args.big_mb}", args.big_mb)
     big_size = corpus_bytes(big)
     big_s, peaks = audit_with(big, 1)
     peak = max(peaks.values())

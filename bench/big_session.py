@@ -34,25 +34,6 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def write_session(folder: Path, mb: int, seed: int = 11, scale: float = 1.0) -> Path:
-    """The archive root under ``folder`` holding one session of about ``mb`` MB (tool
-    results, answers and prompts ``scale`` times their usual size: fewer, longer lines)."""
-    from pipeline.generate import generate_session
-
-    marker = folder / f".complete-{mb}-{seed}-{scale}"
-    if not marker.exists():
-        # drawn usage figures (consistent=False): no tokenizer, ~70 MB/s
-        session = generate_session(seed, target_bytes=mb * MB, consistent=False,
-                                   size_scale=scale)
-        path = folder / session.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as f:
-            for line in session.lines():
-                f.write(line)
-        marker.write_text("ok")
-    return folder
-
-
 def measure(root: str, max_line_bytes: int | None) -> dict[str, Any]:
     """Audit the one session under ``root`` as one audit task does; what it cost."""
     from pipeline.io.storage import MAX_LINE_BYTES, enumerate_sessions, resolve
@@ -98,10 +79,10 @@ def main() -> None:
         print(json.dumps(measure(args.measure, args.max_line_bytes)))
         return
 
-    from bench.common import BENCH_DIR
+    from bench.common import BENCH_DIR, one_session
 
     folder = args.dir or BENCH_DIR / f"big-session-{args.mb}-{args.scale}"
-    figures = run_child(write_session(folder, args.mb, scale=args.scale), args.max_line_bytes)
+    figures = run_child(one_session(folder, args.mb, scale=args.scale), args.max_line_bytes)
     if args.json:
         print(json.dumps(figures))
         return

@@ -13,10 +13,12 @@ from typing import Any, TypeVar
 
 from distributed import Client, LocalCluster
 
+from pipeline.generate import generate_session
 from pipeline.io.fleet import write_fleet
 from pipeline.io.storage import resolve
 
 T = TypeVar("T")
+MB = 1_000_000
 BENCH_DIR = Path(os.environ.get("VAKPIPE_BENCH_DIR", Path(tempfile.gettempdir()) / "vakpipe-bench"))
 
 
@@ -28,6 +30,24 @@ def fleet(name: str, *, sessions: int, seed: int, size_scale: float = 1.0) -> Pa
         # consistent=False: drawn usage figures, no tokenizer (60-80 MB/s, not 10).
         write_fleet(resolve(str(root)), sessions=sessions, seed=seed, size_scale=size_scale,
                     consistent=False)
+        marker.write_text("ok")
+    return root
+
+
+def one_session(root: Path, mb: int, *, seed: int = 11, scale: float = 1.0) -> Path:
+    """``root``, an archive holding one generated session of about ``mb`` MB (tool
+    results, answers and prompts ``scale`` times their usual size: fewer, longer lines),
+    streamed to disk; reused across runs when already there."""
+    marker = root / f".complete-{mb}-{seed}-{scale}"
+    if not marker.exists():
+        # drawn usage figures (consistent=False): no tokenizer, ~70 MB/s
+        session = generate_session(seed, target_bytes=mb * MB, consistent=False,
+                                   size_scale=scale)
+        path = root / session.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as f:
+            for line in session.lines():
+                f.write(line)
         marker.write_text("ok")
     return root
 

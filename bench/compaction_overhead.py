@@ -42,8 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.audit_throughput import big_session
-from bench.common import cluster, corpus_bytes, fleet, worker_peaks
+from bench.common import BENCH_DIR, cluster, corpus_bytes, fleet, one_session, worker_peaks
 from pipeline.audit import audit_session
 from pipeline.catalog import Capacity, ModelCatalog, load_catalog
 from pipeline.compaction import CompactionEngine, CompactionOptions
@@ -186,7 +185,7 @@ def full_runs(root: Path, window: int, repeat: int) -> tuple[Timing, Timing]:
 def big_copy(mb: int, window: int) -> None:
     """Peak worker RSS writing one big session's compacted copy, against a planner
     replay of it (each on a fresh 1-worker cluster, so each peak is its own)."""
-    root = big_session(mb)
+    root = one_session(BENCH_DIR / f"big-{mb}", mb)
     size = corpus_bytes(root)
     catalog = load_catalog().with_window(window)
     runs = {

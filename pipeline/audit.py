@@ -17,7 +17,7 @@ from pipeline.formats import VAK, detect
 from pipeline.layout import SessionKey, cwd_hash
 from pipeline.reader import Entry, LineStats, read_ledger
 from pipeline.tree import Node, TreeIndex
-from pipeline.types import Code, Finding, Severity, Status
+from pipeline.types import MAX_TOKEN_COUNT, Code, Finding, Severity, Status, token_count
 
 Usage = tuple[int, int, int, int]  # input, output, cache read, cache creation
 _ZERO: Usage = (0, 0, 0, 0)
@@ -34,14 +34,9 @@ _USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens",
                "cache_creation_input_tokens")
 
 
-#: The largest token count read: what an int64 column holds. A larger one is no count
-#: vak writes (hostile or damaged input) and makes the whole ``usage`` object absent.
-MAX_TOKEN_COUNT = 2**63 - 1
-
-
 def usage_of(obj: Any) -> Usage | None:
     """Read a ``usage`` object; ``None`` unless its token counts are integers from 0 to
-    :data:`MAX_TOKEN_COUNT` (absent or null: 0)."""
+    :data:`~pipeline.types.MAX_TOKEN_COUNT` (absent or null: 0)."""
     if not isinstance(obj, dict):
         return None
     get = obj.get
@@ -51,12 +46,6 @@ def usage_of(obj: Any) -> Usage | None:
         if (type(v) is not int or not 0 <= v <= MAX_TOKEN_COUNT) and v is not None:
             return None
     return (vals[0] or 0, vals[1] or 0, vals[2] or 0, vals[3] or 0)
-
-
-def token_count(v: Any) -> int | None:
-    """A token count recorded outside ``usage`` (a receipt's ``prefix_tokens``, a turn
-    card's): an integer from 0 to :data:`MAX_TOKEN_COUNT`, else ``None`` (bool too)."""
-    return v if type(v) is int and 0 <= v <= MAX_TOKEN_COUNT else None
 
 
 def _add(a: Usage, b: Usage) -> Usage:
@@ -324,12 +313,12 @@ def _merge_streamed(tree: TreeIndex) -> None:
     for nodes in lines.values():
         if len(nodes) < 2:
             continue
-        final = next((n.info.usage for n in reversed(nodes) if n.info.usage is not None), None)
+        final = next((n.info for n in reversed(nodes) if n.info.usage is not None), None)
         carrier = next((n for n in reversed(nodes) if n.on_active_chain), nodes[-1])
-        hour = next((n.info.write_1h for n in reversed(nodes) if n.info.usage is not None), None)
+        usage, hour = (final.usage, final.write_1h) if final is not None else (None, None)
         for n in nodes:
             n.info.part = n is not carrier
-            n.info.usage = final if n is carrier else None
+            n.info.usage = usage if n is carrier else None
             n.info.write_1h = hour if n is carrier else None
 
 

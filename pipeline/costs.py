@@ -37,7 +37,8 @@ GROUP_KEYS: dict[str, tuple[str, ...]] = {
     "subagent": ("subagent",),
 }
 #: Columns later runs added to ``usage``: null when pricing an older run's table.
-_ADDED_COLUMNS = ("source", "parent_session_path", "subagent")
+_ADDED_COLUMNS = {"source": pa.string(), "parent_session_path": pa.string(),
+                  "subagent": pa.string(), "cache_write_1h_tokens": pa.int64()}
 TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
                  "cache_write_1h_tokens")
 _KINDS = ("input", "output", "cache_read", "cache_write")
@@ -189,11 +190,9 @@ def _over_tier(billed: pa.Table, rules: _Rules) -> pa.Array:
 
 def with_added_columns(usage: pa.Table) -> pa.Table:
     """``usage`` with the columns later versions added (null in an older run's table)."""
-    for name in _ADDED_COLUMNS:
+    for name, kind in _ADDED_COLUMNS.items():
         if name not in usage.column_names:
-            usage = usage.append_column(name, pa.nulls(usage.num_rows, pa.string()))
-    if "cache_write_1h_tokens" not in usage.column_names:
-        usage = usage.append_column("cache_write_1h_tokens", pa.nulls(usage.num_rows, pa.int64()))
+            usage = usage.append_column(pa.field(name, kind), pa.nulls(usage.num_rows, kind))
     return usage
 
 

@@ -49,6 +49,12 @@ class SessionKey:
         return self.session_id if self.parent is not None else None
 
 
+CLAUDE_CODE = "claude-code"
+CODEX = "codex"
+#: The session id (a UUID) a Codex rollout's file name ends with.
+_ROLLOUT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+
 def parse_session_path(relative: str) -> SessionKey | None:
     """Parse a path relative to the archive root, or ``None`` if it is not a session.
 
@@ -83,12 +89,6 @@ def parse_session_path(relative: str) -> SessionKey | None:
             found = _ROLLOUT_ID.search(stem)
             return SessionKey(relative, CODEX, "-".join(day), found.group(0) if found else stem)
     return None
-
-
-CLAUDE_CODE = "claude-code"
-CODEX = "codex"
-#: The session id (a UUID) a Codex rollout's file name ends with.
-_ROLLOUT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
 def session_path(agent: str, cwd: str, session_id: str) -> str:

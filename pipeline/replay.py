@@ -15,13 +15,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.audit import input_and_output, is_directive, token_count, usage_of, winning_usage
+from pipeline.audit import input_and_output, is_directive, usage_of, winning_usage
 from pipeline.catalog import Capacity
 from pipeline.plan import Candidate, WorkingSetPlan, plan_v1
 from pipeline.projection import CARD_TOOL_PREFIX, RuleSet, canonical_json
 from pipeline.reader import Entry
 from pipeline.tokens import Tokenizer
 from pipeline.turns import Turn, TurnIndex, is_control
+from pipeline.types import token_count
 
 _EMPTY = hashlib.sha256(b"").hexdigest()
 #: tokens, part digests, Full turns, Card turns, packet turns, plan source

@@ -6,13 +6,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.audit import token_count
 from pipeline.catalog import Capacity, ModelCatalog
 from pipeline.layout import SessionKey
 from pipeline.projection import RuleSet
 from pipeline.reader import Entry
 from pipeline.replay import ReplayEngine, RequestReplay
 from pipeline.tokens import Tokenizer
+from pipeline.types import token_count
 from pipeline.utilization import HintLevel, HintState, hint_text, utilization
 
 

@@ -23,6 +23,18 @@ class Severity(enum.IntEnum):
         return self.name.lower()
 
 
+#: The largest token count read: what an int64 column holds. A larger one is no count
+#: vak writes (hostile or damaged input) and makes the whole ``usage`` object absent.
+MAX_TOKEN_COUNT = 2**63 - 1
+
+
+def token_count(v: object) -> int | None:
+    """A token count recorded outside ``usage`` (a receipt's ``prefix_tokens``, a turn
+    card's, a transcript's): an integer from 0 to :data:`MAX_TOKEN_COUNT`, else ``None``
+    (bool too)."""
+    return v if type(v) is int and 0 <= v <= MAX_TOKEN_COUNT else None
+
+
 class Code(enum.Enum):
     """Every finding code vakpipe reports, with its severity (spec sections 2 and 6)."""
 

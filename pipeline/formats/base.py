@@ -30,7 +30,7 @@ import orjson
 
 from pipeline.reader import MAX_DETAIL_CHARS, Entry, LineStats
 from pipeline.redact import bounded, redact
-from pipeline.types import Code, Finding, OversizeLine
+from pipeline.types import Code, Finding, OversizeLine, token_count
 
 #: The ``source`` of a vak ledger.
 VAK = "vak"
@@ -137,5 +137,5 @@ def text(value: Any) -> str | None:
 
 
 def count(value: Any) -> int:
-    """A token count: a non-negative int that fits int64, else 0."""
-    return value if type(value) is int and 0 <= value < 2**63 else 0
+    """A token count (:func:`~pipeline.types.token_count`), else 0."""
+    return token_count(value) or 0

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pipeline.formats.base import ROOT_ID, count, json_lines, root_entry, text
+from pipeline.layout import CLAUDE_CODE
 from pipeline.reader import Entry, LineStats
 from pipeline.types import Code, Finding
 
@@ -96,7 +97,7 @@ def _mirrored_request(obj: dict[str, Any]) -> dict[str, Any] | None:
 class ClaudeCode:
     """The Claude Code adapter (:class:`~pipeline.formats.base.TranscriptFormat`)."""
 
-    name = "claude-code"
+    name = CLAUDE_CODE
 
     def sniff(self, obj: dict[str, Any]) -> bool:
         """Claude Code lines have a ``type`` of its own and no ``payload``."""

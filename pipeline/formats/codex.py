@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pipeline.formats.base import ROOT_ID, count, json_lines, root_entry, text
+from pipeline.layout import CODEX
 from pipeline.reader import Entry, LineStats
 from pipeline.types import Finding
 
@@ -48,7 +49,7 @@ def vak_usage(total_input: int, cached: int, output: int) -> dict[str, int]:
 class Codex:
     """The Codex CLI adapter (:class:`~pipeline.formats.base.TranscriptFormat`)."""
 
-    name = "codex"
+    name = CODEX
 
     def sniff(self, obj: dict[str, Any]) -> bool:
         """Codex lines are ``{timestamp, type, payload}`` with a type of its own."""

@@ -119,19 +119,18 @@ class StagedRun:
             tmp = self.out.join(f"{MANIFEST}.{self.run_id}.tmp")
             fs.pipe_file(tmp, json.dumps(manifest, indent=1, sort_keys=True).encode())
             fs.mv(tmp, self.out.join(MANIFEST))
-            for dataset, rels in self._files.items():
-                # Nested paths: the previous manifest says what the last run published.
-                before = ((previous or {}).get("datasets", {}).get(dataset) or {})
-                for rel in sorted(set(before.get("files", [])) - rels):
-                    if fs.exists(self.out.join(dataset, rel)):
-                        fs.rm(self.out.join(dataset, rel))
             for dataset, before in ((previous or {}).get("datasets") or {}).items():
-                if dataset in files or not isinstance(before, dict):
-                    continue
-                # A dataset the previous run wrote and this one does not (its replay
-                # tables, its compacted archive): OUT holds one run, the one in force.
-                for rel in before.get("files") or []:
-                    if isinstance(rel, str) and fs.exists(self.out.join(dataset, rel)):
+                if not isinstance(before, dict) or (dataset in files
+                                                    and dataset not in self._files):
+                    continue  # a Parquet dataset of this run: its folder is listed below
+                # The previous manifest says what the last run published: of a file
+                # dataset (nested paths) the files this run did not write again, and all
+                # of a dataset this run does not write (its replay tables, its compacted
+                # archive): OUT holds one run, the one in force.
+                keep = set(files.get(dataset, ()))
+                for rel in sorted({r for r in before.get("files") or [] if isinstance(r, str)}
+                                  - keep):
+                    if fs.exists(self.out.join(dataset, rel)):
                         fs.rm(self.out.join(dataset, rel))
             for dataset, names in files.items():
                 if dataset in self._files:

@@ -391,9 +391,10 @@ def test_payloads_of_the_wrong_type_never_crash_a_task(tmp_path: Path) -> None:
 
 
 def test_values_of_another_type_are_read_as_absent() -> None:
-    from pipeline.audit import MAX_TOKEN_COUNT, is_directive, token_count, usage_of
+    from pipeline.audit import is_directive, usage_of
     from pipeline.catalog import load_catalog
     from pipeline.io.tables import REQUESTS_SCHEMA, rows_table
+    from pipeline.types import MAX_TOKEN_COUNT, token_count
 
     good = {"input_tokens": 5, "output_tokens": 2}
     assert usage_of(good) == (5, 2, 0, 0)
