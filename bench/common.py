@@ -11,11 +11,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import dask
 from distributed import Client, LocalCluster
 
 from pipeline.generate import generate_session
 from pipeline.io.fleet import write_fleet
 from pipeline.io.storage import resolve
+from pipeline.orchestrate import WORKER_CONFIG
 
 T = TypeVar("T")
 MB = 1_000_000
@@ -73,8 +75,10 @@ def _peak_rss_bytes() -> int:
 def cluster(workers: int) -> Iterator[tuple[str, Client]]:
     """A private LocalCluster of single-threaded worker processes; yields its address."""
     scratch = tempfile.mkdtemp(prefix="vakpipe-bench-dask-")
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      dashboard_address=None, local_directory=scratch) as lc, \
+    # The workers vakpipe's own LocalCluster starts (pipeline.orchestrate.dask_client).
+    with dask.config.set(WORKER_CONFIG), \
+            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                         dashboard_address=None, local_directory=scratch) as lc, \
             Client(lc, set_as_default=False) as client:
         yield lc.scheduler_address, client
 

@@ -40,12 +40,17 @@ def usage_of(obj: Any) -> Usage | None:
     if not isinstance(obj, dict):
         return None
     get = obj.get
-    vals = (get(_USAGE_KEYS[0]), get(_USAGE_KEYS[1]), get(_USAGE_KEYS[2]), get(_USAGE_KEYS[3]))
-    for v in vals:
-        # ``type() is int`` also refuses bool (a subclass of int); absent or null is 0.
+    i, o, r, c = get(_USAGE_KEYS[0]), get(_USAGE_KEYS[1]), get(_USAGE_KEYS[2]), get(_USAGE_KEYS[3])
+    # Once per request and attempt: the usual four in-range integers in one test.
+    # ``type() is int`` also refuses bool (a subclass of int).
+    if (type(i) is int and type(o) is int and type(r) is int and type(c) is int
+            and 0 <= i <= MAX_TOKEN_COUNT and 0 <= o <= MAX_TOKEN_COUNT
+            and 0 <= r <= MAX_TOKEN_COUNT and 0 <= c <= MAX_TOKEN_COUNT):
+        return (i, o, r, c)
+    for v in (i, o, r, c):
         if (type(v) is not int or not 0 <= v <= MAX_TOKEN_COUNT) and v is not None:
             return None
-    return (vals[0] or 0, vals[1] or 0, vals[2] or 0, vals[3] or 0)
+    return (i or 0, o or 0, r or 0, c or 0)
 
 
 def _add(a: Usage, b: Usage) -> Usage:
@@ -108,10 +113,28 @@ def is_directive(entry: Entry) -> bool:
 
     A block whose ``type`` is not a string (no block vak writes) is ignored.
     """
-    if entry.role != "user" or entry.meta.get("control"):
+    message = entry.message
+    return (message is not None and message.get("role") == "user"
+            and _starts_turn(message, entry.data.get("meta")))
+
+
+def _starts_turn(message: dict[str, Any], meta: Any) -> bool:
+    """:func:`is_directive` of a user message object and its entry's ``meta``."""
+    # Once per user message, on plain dicts: a control tag, else a text block and no
+    # tool_result (a ``type`` that is not a string equals neither).
+    if isinstance(meta, dict) and meta.get("control"):
         return False
-    types = {t for b in entry.content if type(t := b.get("type")) is str}
-    return "text" in types and "tool_result" not in types
+    blocks = message.get("content")
+    if not isinstance(blocks, list):
+        return False
+    text = False
+    for block in blocks:
+        if isinstance(block, dict):
+            kind = block.get("type")
+            if kind == "tool_result":
+                return False
+            text = text or kind == "text"
+    return text
 
 
 def input_and_output(u: Usage | None) -> tuple[int | None, int | None]:
@@ -154,7 +177,7 @@ def _receipt_info(entry: Entry) -> _Receipt:
         if is_win:
             winning, win = u, None
         if u is not None:
-            billed = _add(billed, u)
+            billed = u if billed is _ZERO else _add(billed, u)
             metered.append((att.get("ordinal"), _name(att.get("settlement")), u,
                             _name(att.get("provider")), _name(att.get("model")), is_win))
         if att.get("settlement") != "ok":
@@ -164,15 +187,20 @@ def _receipt_info(entry: Entry) -> _Receipt:
 
 
 def _node_info(entry: Entry) -> Any:
-    # Once per entry: plain dict access here, the typed accessors only on messages.
+    # Once per entry: plain dict access, no typed accessors.
     kind = entry.kind
     if kind == "message":
-        message = entry.data.get("message")
-        role = message.get("role") if type(message) is dict else None
+        data = entry.data
+        message = data.get("message")
+        if type(message) is not dict:
+            return None
+        role = message.get("role")
         if role == "assistant":
-            meta = entry.meta
+            meta = data.get("meta")
+            if not isinstance(meta, dict):
+                return _Request(None, entry.ts, None)
             return _Request(usage_of(meta.get("usage")), entry.ts, _name(meta.get("model")))
-        if role == "user" and is_directive(entry):
+        if role == "user" and _starts_turn(message, data.get("meta")):
             return _DIRECTIVE
     elif kind == "receipt":
         return _receipt_info(entry)
@@ -368,7 +396,8 @@ def _usage_rows(tree: TreeIndex, header: dict[str, Any],
     return rows
 
 
-def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = None) -> SessionAudit:
+def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = None,
+                  keep: list[Entry] | None = None) -> SessionAudit:
     """Audit one session streamed as physical lines: a vak ledger, or a transcript of
     another agent (:mod:`pipeline.formats`), told apart by its content.
 
@@ -380,6 +409,9 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
         Its physical lines as bytes, as iterating a binary file yields them.
     size:
         The object's size in bytes when known (else counted from the lines).
+    keep:
+        When given, every valid entry is appended to it, in file order (for a second
+        pass over a small session without reading it again).
 
     Returns
     -------
@@ -404,6 +436,8 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
         found = add(item, info(item))
         if found:
             findings.extend(found)
+        if keep is not None:
+            keep.append(item)
         if (fmt is None and item.kind == "header" and tree.header is not None
                 and tree.header.line == item.line):
             header = _header_fields(item)

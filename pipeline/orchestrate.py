@@ -62,6 +62,13 @@ TASKS_PER_WORKER = 4
 MAX_KILLED_TASKS = 64
 #: Names of objects not read, and of skipped objects, quoted in a run's manifest.
 EXAMPLES = 20
+#: Dask settings of the LocalCluster's workers (``deploy/dask/dask.yaml`` sets the same).
+#: distributed starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536`` so that glibc
+#: hands freed memory back sooner; here that makes a worker parse JSON 20-30% slower
+#: than the same code in a plain process (every parsed line allocates and frees its
+#: payload), so the workers keep glibc's own, adaptive threshold. docs/scaling.md has
+#: the measurements.
+WORKER_CONFIG: dict[str, Any] = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
 
 def plan_batches(sessions: list[SessionObject], workers: int) -> list[list[SessionObject]]:
@@ -146,7 +153,8 @@ def dask_client(
     n = workers or os.cpu_count() or 1
     scratch = (dask.config.get("temporary-directory", None)
                or os.path.join(tempfile.gettempdir(), "vakpipe-dask"))
-    with dask.config.set({"temporary-directory": scratch, "distributed.worker.daemon": True}):
+    with dask.config.set({"temporary-directory": scratch, "distributed.worker.daemon": True,
+                          **WORKER_CONFIG}):
         cluster = LocalCluster(
             n_workers=n,
             threads_per_worker=1,

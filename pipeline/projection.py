@@ -9,8 +9,9 @@ detail vak's sources leave open is decided in ``docs/projection-rules.md``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Protocol
 
 import orjson
@@ -54,12 +55,40 @@ def _bash_digest(content: str) -> str:
 
 
 def _text_digest(content: str) -> str:
-    lines = content.split("\n")
-    headings = [ln for ln in lines if ln.lstrip().startswith("#")][:5]
-    flat = " ".join(content.split())
+    # Results run to megabytes: their first headings and first sentence are found
+    # without splitting the whole text into lines and words.
+    headings = list(islice(_headings(content), 5))
+    flat = _flat_prefix(content, 302)  # a ". " that ends before 300 lies within
     end = flat.find(". ")
     sentence = flat[: end + 1] if 0 <= end < 300 else flat[:300]
-    return "\n".join([*headings, sentence, f"({len(lines)} lines, {len(content.encode())} bytes)"])
+    lines = content.count("\n") + 1
+    return "\n".join([*headings, sentence, f"({lines} lines, {len(content.encode())} bytes)"])
+
+
+def _headings(content: str) -> Iterator[str]:
+    """The lines whose first non-blank character is ``#``, in order (found from the
+    ``#`` characters, which are few, rather than line by line)."""
+    at = content.find("#")
+    while at >= 0:
+        start = content.rfind("\n", 0, at) + 1
+        end = content.find("\n", at)
+        end = len(content) if end < 0 else end
+        if start == at or content[start:at].isspace():
+            yield content[start:end]
+        at = content.find("#", end)
+
+
+def _flat_prefix(content: str, need: int) -> str:
+    """The first ``need`` characters of ``" ".join(content.split())``, reading no
+    more of ``content`` than that takes."""
+    cut = 4 * need
+    while cut < len(content):
+        words = content[:cut].split()
+        flat = " ".join(words[:-1])  # the last word may go on past the cut
+        if len(flat) >= need:
+            return flat[:need]
+        cut *= 2
+    return " ".join(content.split())[:need]
 
 
 def digest_result(content: str, *, tool: str, is_error: bool, evidence_id: str) -> str:

