@@ -140,10 +140,10 @@ POISON = os.environ["VAKPIPE_TEST_POISON"]
 
 
 def poisoned(audit_session):
-    def audit(key, lines, size=None):
+    def audit(key, lines, size=None, **options):
         if POISON in key.path:
             os.kill(os.getpid(), signal.SIGKILL)
-        return audit_session(key, lines, size=size)
+        return audit_session(key, lines, size=size, **options)
     return audit
 
 
