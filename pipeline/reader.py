@@ -245,7 +245,7 @@ def reread_entry(body: bytes, line: int) -> Entry:
 
     Raises
     ------
-    ValueError
+    ValueError, KeyError
         ``body`` is not what :func:`parse_entry` accepted (a caller's bug).
     """
     obj = orjson.loads(body)

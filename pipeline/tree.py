@@ -117,12 +117,9 @@ class TreeIndex:
                 ))
         if self.header is None:
             findings.append(Finding(Code.MISSING_HEADER, None, None, "no valid header entry"))
-        # chain_to_root(head), marking as it walks: a marked node is a cycle's return.
-        by_id = self.by_id
-        walk = self.head
-        while walk is not None and not walk.on_active_chain:
-            walk.on_active_chain = True
-            walk = by_id.get(walk.parent_id) if walk.parent_id is not None else None
+        if self.head is not None:
+            for node in self.chain_to_root(self.head):  # no list: the order is not needed
+                node.on_active_chain = True
         return findings
 
     @property
