@@ -8,8 +8,9 @@ Prints, measured in the same run:
 * full replay runs (``vakpipe audit --replay``: all requests, all tables) on one
   worker, as MB/s and as a ratio of the floor (target >= 0.50), the first run on the
   fresh worker apart;
-* linearity: one session's replay time at 250, 500, 1000 and 2000 iterations, and the
-  ratio of each doubling of its bytes (target <= 2.2).
+* linearity: the replay time of sessions of 250, 500, 1000 and 2000 iterations (four of
+  each, summed), the ratio of each doubling of their bytes (target <= 2.2), the same
+  for the replay engine alone, and the time per unit of their own tokenizer floor.
 
 Run: ``.venv/bin/python bench/replay_throughput.py [--sessions 300]``.
 """
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -94,39 +96,77 @@ def replay_runs(root: Path, repeat: int, between: Callable[[], object]) -> list[
     return seconds
 
 
-def session_replay_seconds(turns: int) -> tuple[int, int, float, float]:
-    """Iterations, bytes, best-of-5 replay seconds of one generated session, and the
-    best-of-5 tokenizer floor of its own distinct segments."""
-    s = generate_session(3, turns=turns, consistent=False)
-    entries = [e for e in read_ledger(s.lines()) if isinstance(e, Entry)]
-    tree = TreeIndex()
-    for e in entries:
-        tree.add(e)
-    tree.finish()
-    active = {n.id for n in tree.nodes if n.on_active_chain}
-    chain = [e for e in entries if e.id in active]
+class LengthTokenizer:
+    """A tokenizer that costs nothing (characters / 4): times the replay engine alone."""
+
+    name = "chars/4"
+
+    def count(self, text: str) -> int:
+        return len(text) // 4
+
+
+@dataclass(frozen=True)
+class LinearityPoint:
+    """Sessions of one length, summed over the seeds: what they are and what they cost."""
+
+    iterations: int
+    size: int
+    replay: float  # best of 5 per session, tiktoken
+    engine: float  # best of 5 per session, a tokenizer that costs nothing
+    floor: float  # best of 5 per session, encode_ordinary over its distinct segments
+
+
+def linearity_point(turns: int, seeds: Iterable[int]) -> LinearityPoint:
+    """Replay the active chain of one generated session of ``turns`` turns per seed."""
     from pipeline.layout import parse_session_path
 
-    key = parse_session_path(s.path)
-    assert key is not None
-    best = float("inf")
-    n = 0
-    for _ in range(5):
-        t0 = time.perf_counter()
-        r = replay_session(key, chain, rules=get_rule_set("v1"), tokenizer=get_tokenizer(),
-                           catalog=load_catalog())
-        best = min(best, time.perf_counter() - t0)
-        n = len(r.requests)
-    texts: set[str] = set()
-    add_segments(chain, texts)
-    floor = min(tokenizer_floor(texts) for _ in range(5))
-    return n, sum(len(line) for line in s.lines()), best, floor
+    total = LinearityPoint(0, 0, 0.0, 0.0, 0.0)
+    catalog, rules = load_catalog(), get_rule_set("v1")
+    for seed in seeds:
+        s = generate_session(seed, turns=turns, consistent=False)
+        entries = [e for e in read_ledger(s.lines()) if isinstance(e, Entry)]
+        tree = TreeIndex()
+        for e in entries:
+            tree.add(e)
+        tree.finish()
+        active = {n.id for n in tree.nodes if n.on_active_chain}
+        chain = [e for e in entries if e.id in active]
+        key = parse_session_path(s.path)
+        assert key is not None
+
+        def best(tokenizer: Callable[[], Any], chain: list[Entry] = chain,
+                 key: Any = key) -> tuple[float, int]:
+            seconds, n = float("inf"), 0
+            for _ in range(5):
+                t0 = time.perf_counter()
+                r = replay_session(key, chain, rules=rules, tokenizer=tokenizer(),
+                                   catalog=catalog)
+                seconds, n = min(seconds, time.perf_counter() - t0), len(r.requests)
+            return seconds, n
+
+        replay, n = best(get_tokenizer)
+        engine, _ = best(LengthTokenizer)
+        texts: set[str] = set()
+        add_segments(chain, texts)
+        total = LinearityPoint(
+            total.iterations + n, total.size + sum(len(line) for line in s.lines()),
+            total.replay + replay, total.engine + engine,
+            total.floor + min(tokenizer_floor(texts) for _ in range(5)))
+    return total
+
+
+def per_doubling(now: float, before: float, size: int, size_before: int) -> float:
+    """``now / before`` scaled to one doubling of the bytes: 2 ** (log ratio / log bytes
+    ratio) (generated sessions do not double exactly)."""
+    return float(2 ** (math.log(now / before) / math.log(size / size_before)))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=300)
     ap.add_argument("--repeat", type=int, default=3, help="runs after the first (best kept)")
+    ap.add_argument("--linearity-seeds", type=int, default=4,
+                    help="sessions summed per length in the linearity part")
     args = ap.parse_args()
     root = fleet(f"replay-fleet-{args.sessions}", sessions=args.sessions, seed=99)
     size = corpus_bytes(root)
@@ -147,24 +187,29 @@ def main() -> None:
           f"= {size / MB / cold_s:6.1f} MB/s = {floor_s / cold_s:.2f} x floor")
     print(f"full replay, 1 worker (audit --replay, all tables):  {run_s:6.2f} s "
           f"= {size / MB / run_s:6.1f} MB/s = {floor_s / run_s:.2f} x floor (target >= 0.50)")
-    prev: tuple[int, int, float, float] | None = None
+    # Linearity. The tokenizer's cost per byte depends on what the bytes are (code and
+    # logs cost ~2.5 times prose), and a generated session's bytes are dominated by a
+    # few heavy-tailed tool results: one session's doubling measures its content mix as
+    # much as the replay. So each length sums four sessions (seeds), and two more
+    # figures separate the replay from tiktoken: the engine alone (a tokenizer that
+    # costs nothing), and the replay's time per unit of its own tokenizer floor (flat
+    # when the replay is linear, whatever the mix).
     _encoding("cl100k_base")  # load the vocabulary before timing
-    for turns in (93, 186, 372, 744):  # ~250, 500, 1000, 2000 iterations
-        n, size, secs, floor = session_replay_seconds(turns)
+    prev: LinearityPoint | None = None
+    for turns in (93, 186, 372, 744):  # ~250, 500, 1000, 2000 iterations per session
+        p = linearity_point(turns, seeds=range(3, 3 + args.linearity_seeds))
         ratio = ""
         if prev:
-            # The generated sessions do not double exactly (their tool results are drawn
-            # from a heavy tail): the time ratio is scaled to one doubling of the bytes,
-            # 2 ** (log time ratio / log bytes ratio).
-            per_doubling = 2 ** (math.log(secs / prev[2]) / math.log(size / prev[1]))
-            ratio = (f"time {secs / prev[2]:.2f} x for {n / prev[0]:.2f} x iterations, "
-                     f"{size / prev[1]:.2f} x bytes = {per_doubling:.2f} x per doubling "
-                     "(target <= 2.2)")
-        # Time per unit of the tokenizer's own work on the session: flat when the
-        # replay is linear, whatever the session's mix of texts.
-        print(f"linearity: {n:5d} iterations, {size / MB:6.1f} MB in {secs:7.3f} s "
-              f"({secs / floor:.2f} x its tokenizer floor)  {ratio}")
-        prev = (n, size, secs, floor)
+            ratio = (f"; per doubling of bytes: replay "
+                     f"{per_doubling(p.replay, prev.replay, p.size, prev.size):.2f} x "
+                     "(target <= 2.2), engine alone "
+                     f"{per_doubling(p.engine, prev.engine, p.size, prev.size):.2f} x, "
+                     "tokenizer floor "
+                     f"{per_doubling(p.floor, prev.floor, p.size, prev.size):.2f} x")
+        print(f"linearity: {p.iterations / args.linearity_seeds:5.0f} iterations per session, "
+              f"{p.size / MB:5.1f} MB in {p.replay:6.3f} s ({p.replay / p.floor:.2f} x its "
+              f"tokenizer floor; engine alone {p.engine:.3f} s){ratio}")
+        prev = p
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ from pipeline.catalog import Capacity, ModelCatalog
 from pipeline.layout import SessionKey
 from pipeline.projection import RuleSet
 from pipeline.reader import Entry
-from pipeline.replay import Plan, ReplayEngine
+from pipeline.replay import ReplayEngine
+from pipeline.replay_closed import Plan
 from pipeline.summarise import Summariser, Summary, SummarySeed, request_from_turns
 from pipeline.tokens import Tokenizer
 from pipeline.turns import Turn

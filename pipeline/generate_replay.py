@@ -48,7 +48,8 @@ RULE_SET = "v1"
 # ReplayEngine state a fork copies (mutable) or shares (immutable values, or a cache
 # whose content does not depend on the chain). Anything else is refused, so a change to
 # the engine cannot silently leak state from an abandoned branch into the active chain.
-_COPIED = frozenset({"index", "costs", "packets", "pending", "_tools"})
+_COPIED = frozenset({"index", "costs", "packets", "pending", "_tools", "_sealed",
+                     "_turn_numbers"})
 _SHARED = frozenset({"rules", "planner", "tok", "prefix", "header_model", "header_provider",
                      "plan", "reset", "tail", "_prefix_cache", "_version", "_closed_cache"})
 
@@ -82,6 +83,8 @@ def fork_engine(engine: ReplayEngine) -> ReplayEngine:
     f.packets = dict(engine.packets)
     f.pending = copy.copy(engine.pending)
     f._tools = dict(engine._tools)
+    f._sealed = engine._sealed.copy()
+    f._turn_numbers = dict(engine._turn_numbers)
     return f
 
 

@@ -20,13 +20,12 @@ from pipeline.catalog import Capacity
 from pipeline.plan import Candidate, WorkingSetPlan, plan_v1
 from pipeline.projection import CARD_TOOL_PREFIX, RuleSet, canonical_json
 from pipeline.reader import Entry
+from pipeline.replay_closed import ClosedPart, Folding, Plan, SealedTurns, closed_part
 from pipeline.tokens import Tokenizer
 from pipeline.turns import Turn, TurnIndex, is_control
 from pipeline.types import token_count
 
 _EMPTY = hashlib.sha256(b"").hexdigest()
-#: tokens, part digests, Full turns, Card turns, packet turns, plan source
-ClosedParts = tuple[int, list[str], int, list[int], list[int], str]
 
 
 def _sha(text: str) -> str:
@@ -83,15 +82,6 @@ class Prefix:
     tools: Sequence[Any] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """The working-set plan in force (a recorded ``context_selection``)."""
-
-    modes: dict[str, str]
-    packet_range: tuple[str, str] | None
-    entry_id: str
-
-
 @dataclass(slots=True)
 class RequestReplay:
     """One replayed request, before utilization is added."""
@@ -143,8 +133,10 @@ class ReplayEngine:
         self.pending: RequestReplay | None = None
         self._prefix_cache: dict[str, int] = {}
         self._tools: dict[str, str] = {}  # tool_use id -> tool name, for result digests
+        self._sealed = SealedTurns()  # what each turn left when it closed
+        self._turn_numbers: dict[str, tuple[int, ...]] = {}  # turn id -> its numbers
         self._version = 0  # bumped by whatever changes the closed part of a request
-        self._closed_cache: tuple[tuple[int, int], ClosedParts] | None = None
+        self._closed_cache: tuple[tuple[int, int, str], ClosedPart] | None = None
 
     # -- counting -------------------------------------------------------------------
     def count(self, text: str) -> int:
@@ -262,7 +254,12 @@ class ReplayEngine:
                     open_cost.add(t, text)
             return
         if is_directive(entry):
-            self.index.start_turn(entry)
+            if self.costs:
+                last = self.costs[-1]
+                self._sealed.seal((last.verbatim.tokens, last.verbatim.hexdigest()),
+                                  (last.full.tokens, last.full.hexdigest()))
+            turn = self.index.start_turn(entry)
+            self._turn_numbers[turn.id] = (*self._turn_numbers.get(turn.id, ()), turn.number)
             self.costs.append(self.new_turn_costs())
             c = self.costs[-1]
             for cost in (c.verbatim, c.full, c.open):
@@ -370,76 +367,31 @@ class ReplayEngine:
             req.reported_input, req.reported_output = input_and_output(winning_usage(entry.data))
 
     # -- the request ----------------------------------------------------------------
-    def _closed_parts(self) -> ClosedParts:
-        """Tokens and digests of everything before the open turn, under the plan.
+    def _closed_parts(self) -> ClosedPart:
+        """Everything before the open turn, under the plan (see :mod:`pipeline.replay_closed`).
 
         Cached until something it depends on changes (a turn starts, a card, packet,
-        reset or plan arrives), so the iterations of one turn cost O(1) each. Under the
-        planner the plan depends on the open turn's size: no cache then.
+        reset, plan or prefix arrives), so the iterations of one turn cost O(1) each.
+        Under the planner the plan depends on the open turn's size: no cache then.
         """
-        key = (len(self.index.turns), self._version)
+        key = (len(self.index.turns), self._version, self.prefix.digest)
         if self.planner is None and self._closed_cache is not None \
                 and self._closed_cache[0] == key:
             return self._closed_cache[1]
-        result = self._closed_parts_uncached()
+        turns = self.index.turns
+        start = self.reset[2] if self.reset is not None else 0
+        plan = self._planned(turns[start:-1]) if self.planner is not None else self.plan
+        wrapper = f"{self.rules.turns_open()}\n\n{self.rules.turns_close()}"
+        folding = Folding(turns, self._turn_numbers, self._card_cost, self.packets,
+                          self.reset, (self.rules.message_overhead + self.count(wrapper),
+                                       wrapper))
+        result = closed_part(self._sealed, folding, plan, self.prefix.digest)
         self._closed_cache = (key, result)
         return result
 
-    def _closed_parts_uncached(self) -> ClosedParts:
-        rules = self.rules
-        turns = self.index.turns
-        open_turn = turns[-1]
-        tokens, parts = 0, []
-        start = 0
-        if self.reset is not None:
-            tokens += self.reset[0]
-            parts.append(self.reset[1])
-            start = self.reset[2]
-        plan = self._planned(turns[start:-1]) if self.planner is not None else self.plan
-        n_full = 0
-        card_turns: list[int] = []
-        packet_turns: list[int] = []
-        card_tokens, card_parts = 0, []
-        full_parts: list[str] = []
-        full_tokens = 0
-        packet_open: str | None = None
-        for turn in turns[start:]:
-            if turn is open_turn:
-                break
-            costs = self.costs[turn.number - 1]
-            if plan is None:
-                full_tokens += costs.verbatim.tokens
-                full_parts.append(costs.verbatim.hexdigest())
-                n_full += 1
-                continue
-            mode = plan.modes.get(turn.id, "Full")
-            if plan.packet_range and turn.id == plan.packet_range[0]:
-                packet_open = plan.packet_range[1]
-            if packet_open is not None or mode == "Packet":
-                packet_turns.append(turn.number)
-                if packet_open is not None and turn.id == packet_open:
-                    packet_open = None
-                continue
-            if mode == "Card" and costs.card_tokens is not None:
-                card_tokens += costs.card_tokens
-                card_parts.append(costs.card_digest)
-                card_turns.append(turn.number)
-            else:
-                full_tokens += costs.full.tokens
-                full_parts.append(costs.full.hexdigest())
-                n_full += 1
-        if packet_turns:
-            first, last = turns[packet_turns[0] - 1].id, turns[packet_turns[-1] - 1].id
-            cost = self.packets.get((first, last))
-            if cost is not None:
-                tokens += cost[0]
-                parts.append(cost[1])
-        if card_parts:
-            wrapper = f"{rules.turns_open()}\n\n{rules.turns_close()}"
-            tokens += rules.message_overhead + self.count(wrapper) + card_tokens
-            parts.append(_sha(wrapper + "".join(card_parts)))
-        source = plan.entry_id if plan is not None else ""
-        return tokens + full_tokens, parts + full_parts, n_full, card_turns, packet_turns, source
+    def _card_cost(self, number: int) -> tuple[int, str] | None:
+        costs = self.costs[number - 1]
+        return None if costs.card_tokens is None else (costs.card_tokens, costs.card_digest)
 
     def _planned(self, closed: list[Turn]) -> Plan:
         """The plan planner v1 makes for the request about to be sent."""
@@ -464,12 +416,11 @@ class ReplayEngine:
     def _replay(self, entry: Entry) -> RequestReplay:
         turn = self.index.current
         assert turn is not None
-        closed_tokens, parts, n_full, card_turns, packet_turns, source = self._closed_parts()
+        closed = self._closed_parts()
         open_cost = self.costs[-1].open
-        tokens = (self.rules.request_overhead + self.prefix.tokens + closed_tokens
+        tokens = (self.rules.request_overhead + self.prefix.tokens + closed.tokens
                   + open_cost.tokens + self.tail[0])
-        digest = _sha("|".join([self.prefix.digest, *parts, open_cost.hexdigest(),
-                                self.tail[1]]))
+        digest = closed.request_digest(open_cost.hexdigest(), self.tail[1])
         reported_input, reported_output = input_and_output(usage_of(entry.meta.get("usage")))
         model = entry.meta.get("model")
         n = len(turn.iterations) + 1
@@ -477,7 +428,7 @@ class ReplayEngine:
             entry.id, turn.number, n, f"t{turn.number}/i{n}",
             model if isinstance(model, str) else self.header_model, entry.ts,
             tokens, self.prefix.tokens, self.prefix.digest, digest,
-            n_full, tuple(card_turns), tuple(packet_turns),
-            source,
+            closed.n_full, closed.card_turns, closed.packet_turns,
+            closed.source,
             reported_input, reported_output, self.header_provider,
         )

@@ -29,13 +29,27 @@ class SessionReplay:
 
 def _turn_runs(numbers: list[int]) -> str:
     """Whole turns as the ledger grammar writes them: ``t1-t3/*, t6/*``."""
-    runs: list[list[int]] = []
+    runs: list[tuple[int, int]] = []
     for n in numbers:
         if runs and runs[-1][1] == n - 1:
-            runs[-1][1] = n
+            runs[-1] = (runs[-1][0], n)
         else:
-            runs.append([n, n])
+            runs.append((n, n))
+    return _format_runs(runs)
+
+
+def _format_runs(runs: list[tuple[int, int]]) -> str:
     return ", ".join(f"t{a}/*" if a == b else f"t{a}-t{b}/*" for a, b in runs)
+
+
+def _runs_without(last: int, excluded: set[int]) -> list[tuple[int, int]]:
+    """Runs of the turns ``1..last`` that are not in ``excluded``: O(excluded), not O(last)."""
+    runs, prev = [], 0
+    for x in [*sorted(e for e in excluded if e <= last), last + 1]:
+        if x > prev + 1:
+            runs.append((prev + 1, x - 1))
+        prev = x
+    return runs
 
 
 #: Whole turns in the ledger grammar, for callers outside this module (``vakpipe show``).
@@ -49,41 +63,49 @@ class NowLine:
     before the request; the saved ones are those of Card and packet turns, priced as
     their Full tokens minus what replaces them. Folding works on whole turns, so the
     closed-turn part is computed once per change of the projection (a new turn, a card,
-    packet, reset or plan) and each request adds only its own turn: linear in the
-    session, where rebuilding the universe per request would be quadratic.
+    packet, reset or plan) and each request adds only its own turn. That computation
+    touches the folded turns only (running sums of the closed turns' iterations; the
+    live runs are the gaps between folded or empty turns), where walking every closed
+    turn per change made a session with a plan per turn quadratic in its turns.
     """
 
     def __init__(self, engine: ReplayEngine) -> None:
         self.engine = engine
         self._key: tuple[object, ...] | None = None
-        self._closed: tuple[int, int, int, list[int]] = (0, 0, 0, [])
+        self._closed: tuple[int, int, int, list[tuple[int, int]]] = (0, 0, 0, [])
+        self._iterations = [0]  # running sum of the closed turns' iterations
+        self._empty: set[int] = set()  # closed turns without an iteration
 
-    def _closed_part(self, req: RequestReplay) -> tuple[int, int, int, list[int]]:
+    def _closed_part(self, req: RequestReplay) -> tuple[int, int, int, list[tuple[int, int]]]:
         key = (req.turn, req.plan_card_turns, req.plan_packet_turns)
-        if key != self._key:
-            engine = self.engine
-            folded_turns = set(req.plan_card_turns) | set(req.plan_packet_turns)
-            total = folded = saved = 0
-            live: list[int] = []
-            for t in engine.index.turns[: req.turn - 1]:
-                n = len(t.iterations)
-                total += n
-                if t.number in folded_turns:
-                    folded += n
-                    c = engine.costs[t.number - 1]
-                    card = (c.card_tokens or 0) if t.number in req.plan_card_turns else 0
-                    saved += c.full.tokens - card
-                elif n:
-                    live.append(t.number)
-            self._key, self._closed = key, (total, folded, saved, live)
+        if key == self._key:
+            return self._closed
+        engine, sums = self.engine, self._iterations
+        for t in engine.index.turns[len(sums) - 1: req.turn - 1]:
+            sums.append(sums[-1] + len(t.iterations))
+            if not t.iterations:
+                self._empty.add(t.number)
+        cards = set(req.plan_card_turns)
+        folded_turns = cards.union(req.plan_packet_turns)
+        folded = saved = 0
+        for n in folded_turns:
+            folded += sums[n] - sums[n - 1]
+            c = engine.costs[n - 1]
+            saved += c.full.tokens - ((c.card_tokens or 0) if n in cards else 0)
+        live = _runs_without(req.turn - 1, folded_turns | self._empty)
+        self._key, self._closed = key, (sums[req.turn - 1], folded, saved, live)
         return self._closed
 
     def line(self, req: RequestReplay, saturation: int | None) -> str:
         """The now line of ``req``."""
         total, folded, saved, live = self._closed_part(req)
         total += req.iteration - 1
-        live_turns = [*live, req.turn] if req.iteration > 1 else live
-        live_text = "t*" if total and not folded else _turn_runs(live_turns) or "-"
+        if req.iteration > 1:  # the request's own turn is live from its second iteration
+            if live and live[-1][1] == req.turn - 1:
+                live = [*live[:-1], (live[-1][0], req.turn)]
+            else:
+                live = [*live, (req.turn, req.turn)]
+        live_text = "t*" if total and not folded else _format_runs(live) or "-"
         pct = round(100 * folded / total) if total else 0
         ctx = f"{saturation}%" if saturation is not None else "?%"
         return (f"context {ctx} · saved {folded}/{total} ({pct}%, ~{saved} tok) · "
