@@ -9,8 +9,10 @@ Prints, measured in the same run:
   worker, as MB/s and as a ratio of the floor (target >= 0.50), the first run on the
   fresh worker apart;
 * linearity: the replay time of sessions of 250, 500, 1000 and 2000 iterations (four of
-  each, summed), the ratio of each doubling of their bytes (target <= 2.2), the same
-  for the replay engine alone, and the time per unit of their own tokenizer floor.
+  each, summed), the ratio of each doubling of their length in tokens (target <= 2.2)
+  and in bytes, the same for the replay engine alone and for the tokenizer floor, the
+  time per unit of their own tokenizer floor, and the engine's Python calls per entry
+  (a count, free of noise).
 
 Run: ``.venv/bin/python bench/replay_throughput.py [--sessions 300]``.
 """
@@ -18,7 +20,9 @@ Run: ``.venv/bin/python bench/replay_throughput.py [--sessions 300]``.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import math
+import pstats
 import shutil
 import sys
 import tempfile
@@ -40,7 +44,7 @@ from pipeline.projection import canonical_json, get_rule_set
 from pipeline.reader import Entry, read_ledger
 from pipeline.replay_partitions import ReplayOptions
 from pipeline.session_replay import replay_session
-from pipeline.tokens import _encoding, get_tokenizer
+from pipeline.tokens import TiktokenTokenizer, _encoding
 from pipeline.tree import TreeIndex
 
 MB = 1_000_000
@@ -111,54 +115,95 @@ class LinearityPoint:
 
     iterations: int
     size: int
-    replay: float  # best of 5 per session, tiktoken
-    engine: float  # best of 5 per session, a tokenizer that costs nothing
-    floor: float  # best of 5 per session, encode_ordinary over its distinct segments
+    tokens: int  # of the distinct text segments
+    replay: float  # tiktoken
+    engine: float  # a tokenizer that costs nothing
+    floor: float  # encode_ordinary over each session's distinct segments
+    calls_per_entry: float  # Python calls of the engine alone, per active-chain entry
 
 
-def linearity_point(turns: int, seeds: Iterable[int]) -> LinearityPoint:
-    """Replay the active chain of one generated session of ``turns`` turns per seed."""
+@dataclass(frozen=True)
+class LinearitySession:
+    """One generated session's active chain, ready to replay."""
+
+    turns: int
+    size: int
+    tokens: int
+    iterations: int
+    key: Any
+    chain: list[Entry]
+    texts: set[str]
+
+
+def linearity_session(turns: int, seed: int) -> LinearitySession:
+    """The active chain of one generated session of ``turns`` turns."""
     from pipeline.layout import parse_session_path
 
-    total = LinearityPoint(0, 0, 0.0, 0.0, 0.0)
+    s = generate_session(seed, turns=turns, consistent=False)
+    entries = [e for e in read_ledger(s.lines()) if isinstance(e, Entry)]
+    tree = TreeIndex()
+    for e in entries:
+        tree.add(e)
+    tree.finish()
+    active = {n.id for n in tree.nodes if n.on_active_chain}
+    chain = [e for e in entries if e.id in active]
+    texts: set[str] = set()
+    add_segments(chain, texts)
+    iterations = sum(1 for e in chain if e.kind == "message" and e.role == "assistant")
+    enc = _encoding("cl100k_base")
+    tokens = sum(len(enc.encode_ordinary(t)) for t in texts)
+    return LinearitySession(turns, sum(len(line) for line in s.lines()), tokens, iterations,
+                            parse_session_path(s.path), chain, texts)
+
+
+def replay_cold(s: LinearitySession, rules: Any, catalog: Any) -> object:
+    """Replay ``s`` with a tokenizer of its own, as a worker's first session: its cache of
+    short texts' counts would otherwise carry over from the runs before, more of it for
+    small sessions than for large ones."""
+    return replay_session(s.key, s.chain, rules=rules, tokenizer=TiktokenTokenizer(),
+                          catalog=catalog)
+
+
+def linearity_points(lengths: Iterable[int], seeds: Iterable[int],
+                     rounds: int) -> list[LinearityPoint]:
+    """Per length, the sessions of every seed summed; each session's time is its best of
+    ``rounds`` runs, and the rounds go over every length in turn, so a slower minute of
+    a noisy machine falls on every length alike."""
+    sessions = [linearity_session(t, seed) for t in lengths for seed in seeds]
     catalog, rules = load_catalog(), get_rule_set("v1")
-    for seed in seeds:
-        s = generate_session(seed, turns=turns, consistent=False)
-        entries = [e for e in read_ledger(s.lines()) if isinstance(e, Entry)]
-        tree = TreeIndex()
-        for e in entries:
-            tree.add(e)
-        tree.finish()
-        active = {n.id for n in tree.nodes if n.on_active_chain}
-        chain = [e for e in entries if e.id in active]
-        key = parse_session_path(s.path)
-        assert key is not None
-
-        def best(tokenizer: Callable[[], Any], chain: list[Entry] = chain,
-                 key: Any = key) -> tuple[float, int]:
-            seconds, n = float("inf"), 0
-            for _ in range(5):
-                t0 = time.perf_counter()
-                r = replay_session(key, chain, rules=rules, tokenizer=tokenizer(),
-                                   catalog=catalog)
-                seconds, n = min(seconds, time.perf_counter() - t0), len(r.requests)
-            return seconds, n
-
-        replay, n = best(get_tokenizer)
-        engine, _ = best(LengthTokenizer)
-        texts: set[str] = set()
-        add_segments(chain, texts)
-        total = LinearityPoint(
-            total.iterations + n, total.size + sum(len(line) for line in s.lines()),
-            total.replay + replay, total.engine + engine,
-            total.floor + min(tokenizer_floor(texts) for _ in range(5)))
-    return total
+    best: dict[tuple[int, str], float] = {}
+    for _ in range(rounds):
+        for i, s in enumerate(sessions):
+            runs = {
+                "replay": partial(replay_cold, s, rules, catalog),
+                "engine": partial(replay_session, s.key, s.chain, rules=rules,
+                                  tokenizer=LengthTokenizer(), catalog=catalog),
+                "floor": partial(tokenizer_floor, s.texts),
+            }
+            for name, run in runs.items():
+                seconds = timed(run)[1]
+                best[i, name] = min(best.get((i, name), seconds), seconds)
+    calls = []
+    for s in sessions:
+        profile = cProfile.Profile()
+        profile.runcall(replay_session, s.key, s.chain, rules=rules,
+                        tokenizer=LengthTokenizer(), catalog=catalog)
+        calls.append(pstats.Stats(profile).total_calls)
+    points = []
+    for length in dict.fromkeys(lengths):
+        mine = [i for i, s in enumerate(sessions) if s.turns == length]
+        points.append(LinearityPoint(
+            sum(sessions[i].iterations for i in mine), sum(sessions[i].size for i in mine),
+            sum(sessions[i].tokens for i in mine),
+            *(sum(best[i, name] for i in mine) for name in ("replay", "engine", "floor")),
+            sum(calls[i] for i in mine) / sum(len(sessions[i].chain) for i in mine)))
+    return points
 
 
-def per_doubling(now: float, before: float, size: int, size_before: int) -> float:
-    """``now / before`` scaled to one doubling of the bytes: 2 ** (log ratio / log bytes
-    ratio) (generated sessions do not double exactly)."""
-    return float(2 ** (math.log(now / before) / math.log(size / size_before)))
+def per_doubling(now: float, before: float, length: int, length_before: int) -> float:
+    """``now / before`` scaled to one doubling of the length: 2 ** (log ratio / log
+    length ratio) (generated sessions do not double exactly)."""
+    return float(2 ** (math.log(now / before) / math.log(length / length_before)))
 
 
 def main() -> None:
@@ -187,28 +232,33 @@ def main() -> None:
           f"= {size / MB / cold_s:6.1f} MB/s = {floor_s / cold_s:.2f} x floor")
     print(f"full replay, 1 worker (audit --replay, all tables):  {run_s:6.2f} s "
           f"= {size / MB / run_s:6.1f} MB/s = {floor_s / run_s:.2f} x floor (target >= 0.50)")
-    # Linearity. The tokenizer's cost per byte depends on what the bytes are (code and
-    # logs cost ~2.5 times prose), and a generated session's bytes are dominated by a
-    # few heavy-tailed tool results: one session's doubling measures its content mix as
-    # much as the replay. So each length sums four sessions (seeds), and two more
-    # figures separate the replay from tiktoken: the engine alone (a tokenizer that
-    # costs nothing), and the replay's time per unit of its own tokenizer floor (flat
-    # when the replay is linear, whatever the mix).
+    # Linearity. A session's length is its tokens: what the replay counts, and what
+    # tiktoken's time follows. Its bytes are a poorer measure: code and logs cost ~2.5
+    # times prose per byte, and a generated session's bytes are dominated by a few
+    # heavy-tailed tool results, so a doubling of bytes measured the content mix as
+    # much as the replay (it is printed too). Each length sums four sessions (seeds),
+    # and more figures separate the replay from tiktoken and from the machine's noise:
+    # the engine alone (a tokenizer that costs nothing), the replay's time per unit of
+    # its own tokenizer floor, and the engine's Python calls per entry (both flat when
+    # the replay is linear; the calls are a count, free of noise).
     _encoding("cl100k_base")  # load the vocabulary before timing
+    seeds = range(3, 3 + args.linearity_seeds)
     prev: LinearityPoint | None = None
-    for turns in (93, 186, 372, 744):  # ~250, 500, 1000, 2000 iterations per session
-        p = linearity_point(turns, seeds=range(3, 3 + args.linearity_seeds))
-        ratio = ""
+    # ~250, 500, 1000, 2000 iterations per session
+    for p in linearity_points((93, 186, 372, 744), seeds, rounds=7):
+        print(f"linearity: {p.iterations / len(seeds):5.0f} iterations per session, "
+              f"{p.tokens / 1e6:5.2f} M tokens, {p.size / MB:5.1f} MB in {p.replay:6.3f} s "
+              f"({p.replay / p.floor:.2f} x its tokenizer floor; engine alone "
+              f"{p.engine:.3f} s, {p.calls_per_entry:.0f} Python calls per entry)")
         if prev:
-            ratio = (f"; per doubling of bytes: replay "
-                     f"{per_doubling(p.replay, prev.replay, p.size, prev.size):.2f} x "
-                     "(target <= 2.2), engine alone "
-                     f"{per_doubling(p.engine, prev.engine, p.size, prev.size):.2f} x, "
-                     "tokenizer floor "
-                     f"{per_doubling(p.floor, prev.floor, p.size, prev.size):.2f} x")
-        print(f"linearity: {p.iterations / args.linearity_seeds:5.0f} iterations per session, "
-              f"{p.size / MB:5.1f} MB in {p.replay:6.3f} s ({p.replay / p.floor:.2f} x its "
-              f"tokenizer floor; engine alone {p.engine:.3f} s){ratio}")
+            for unit, now, before in (("tokens", p.tokens, prev.tokens),
+                                      ("bytes", p.size, prev.size)):
+                replay, engine, floor = (per_doubling(getattr(p, k), getattr(prev, k),
+                                                      now, before)
+                                         for k in ("replay", "engine", "floor"))
+                target = " (target <= 2.2)" if unit == "tokens" else ""
+                print(f"           per doubling of {unit:6s}: replay {replay:.2f} x{target}, "
+                      f"engine alone {engine:.2f} x, tokenizer floor {floor:.2f} x")
         prev = p
 
 

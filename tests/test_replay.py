@@ -95,6 +95,38 @@ def test_replay_cost_is_linear_in_session_length() -> None:
     assert counts[1] <= 2.1 * counts[0] and counts[2] <= 2.1 * counts[1]
 
 
+@pytest.mark.parametrize("seed", [3, 4])
+def test_replay_work_per_entry_does_not_grow_with_the_session(seed: int) -> None:
+    """Python calls per entry, a count free of the machine's noise, are flat from 40 to
+    640 turns of a generated session with a plan, cards and packets every few turns.
+    (When each plan change walked every closed turn, they grew 1.7-1.9 times.)"""
+    import cProfile
+    import pstats
+
+    from pipeline.generate import generate_session
+    from pipeline.layout import parse_session_path
+    from pipeline.session_replay import replay_session
+    from pipeline.tree import TreeIndex
+
+    per_entry = []
+    for turns in (40, 640):
+        s = generate_session(seed, turns=turns, consistent=False, size_scale=0.05)
+        entries, _ = read_bytes(list(s.lines()))
+        tree = TreeIndex()
+        for e in entries:
+            tree.add(e)
+        tree.finish()
+        active = {n.id for n in tree.nodes if n.on_active_chain}
+        chain = [e for e in entries if e.id in active]
+        key = parse_session_path(s.path)
+        assert key is not None
+        profile = cProfile.Profile()
+        profile.runcall(replay_session, key, chain, rules=get_rule_set("v1"),
+                        tokenizer=CountingTokenizer(), catalog=load_catalog())
+        per_entry.append(pstats.Stats(profile).total_calls / len(chain))
+    assert per_entry[1] <= 1.25 * per_entry[0], per_entry
+
+
 def test_plan_card_and_digest_rendering() -> None:
     card = {"asked": "what is the weather", "did": [{"tool": "web", "evidence_id": "a"},
                                                     {"tool": "web", "evidence_id": "b"},
