@@ -36,16 +36,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import cluster, corpus_bytes, fleet, timed
+from pipeline.audit import audit_session
 from pipeline.catalog import load_catalog
 from pipeline.generate import generate_session
 from pipeline.io.storage import resolve
+from pipeline.layout import parse_session_path
 from pipeline.orchestrate import run_audit
 from pipeline.projection import canonical_json, get_rule_set
 from pipeline.reader import Entry, read_ledger
 from pipeline.replay_partitions import ReplayOptions
 from pipeline.session_replay import replay_session
 from pipeline.tokens import TiktokenTokenizer, _encoding
-from pipeline.tree import TreeIndex
 
 MB = 1_000_000
 
@@ -137,23 +138,19 @@ class LinearitySession:
 
 def linearity_session(turns: int, seed: int) -> LinearitySession:
     """The active chain of one generated session of ``turns`` turns."""
-    from pipeline.layout import parse_session_path
-
     s = generate_session(seed, turns=turns, consistent=False)
-    entries = [e for e in read_ledger(s.lines()) if isinstance(e, Entry)]
-    tree = TreeIndex()
-    for e in entries:
-        tree.add(e)
-    tree.finish()
-    active = {n.id for n in tree.nodes if n.on_active_chain}
-    chain = [e for e in entries if e.id in active]
+    key = parse_session_path(s.path)
+    assert key is not None
+    entries: list[Entry] = []
+    active = audit_session(key, s.lines(), keep=entries).active
+    chain = [e for e in entries if (e.line, e.id) in active]
     texts: set[str] = set()
     add_segments(chain, texts)
     iterations = sum(1 for e in chain if e.kind == "message" and e.role == "assistant")
     enc = _encoding("cl100k_base")
     tokens = sum(len(enc.encode_ordinary(t)) for t in texts)
     return LinearitySession(turns, sum(len(line) for line in s.lines()), tokens, iterations,
-                            parse_session_path(s.path), chain, texts)
+                            key, chain, texts)
 
 
 def replay_cold(s: LinearitySession, rules: Any, catalog: Any) -> object:

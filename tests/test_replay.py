@@ -103,23 +103,20 @@ def test_replay_work_per_entry_does_not_grow_with_the_session(seed: int) -> None
     import cProfile
     import pstats
 
+    from pipeline.audit import audit_session
     from pipeline.generate import generate_session
     from pipeline.layout import parse_session_path
+    from pipeline.reader import Entry
     from pipeline.session_replay import replay_session
-    from pipeline.tree import TreeIndex
 
     per_entry = []
     for turns in (40, 640):
         s = generate_session(seed, turns=turns, consistent=False, size_scale=0.05)
-        entries, _ = read_bytes(list(s.lines()))
-        tree = TreeIndex()
-        for e in entries:
-            tree.add(e)
-        tree.finish()
-        active = {n.id for n in tree.nodes if n.on_active_chain}
-        chain = [e for e in entries if e.id in active]
         key = parse_session_path(s.path)
         assert key is not None
+        entries: list[Entry] = []
+        active = audit_session(key, s.lines(), keep=entries).active
+        chain = [e for e in entries if (e.line, e.id) in active]
         profile = cProfile.Profile()
         profile.runcall(replay_session, key, chain, rules=get_rule_set("v1"),
                         tokenizer=CountingTokenizer(), catalog=load_catalog())
