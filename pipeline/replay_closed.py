@@ -150,20 +150,21 @@ def closed_part(sealed: SealedTurns, folding: Folding, plan: Plan | None,
             tokens += cost[0]
             parts.append(cost[1])
     if cards:
-        card_text = []
+        card_digests = []
         for n in cards:
             full_tokens -= sums[n] - sums[n - 1]
             card = folding.card_costs(n)
             assert card is not None
             tokens += card[0]
-            card_text.append(card[1])
+            card_digests.append(card[1])
         tokens += folding.turns_wrapper[0]
-        parts.append(_hex(folding.turns_wrapper[1] + "".join(card_text)))
-    folded = set(cards).union(packet)
-    if folded:
-        parts.extend(d for n, d in enumerate(digests[start:end], start + 1) if n not in folded)
-    else:
-        parts.extend(digests[start:end])
+        parts.append(_hex(folding.turns_wrapper[1] + "".join(card_digests)))
+    folded = sorted({*cards, *packet})
+    pos = start  # the Full turns between folded ones, as slices: no Python per turn
+    for n in folded:
+        parts.extend(digests[pos:n - 1])
+        pos = n
+    parts.extend(digests[pos:end])
     state = hashlib.sha256("|".join([prefix_digest, *parts, ""]).encode())
     return ClosedPart(tokens + full_tokens, max(0, end - start) - len(folded), tuple(cards),
                       tuple(packet), plan.entry_id if plan is not None else "", state)
