@@ -8,6 +8,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,6 +65,38 @@ def timed(fn: Callable[[], T]) -> tuple[T, float]:
     t0 = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - t0
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Best wall and best CPU seconds of one side of a comparison."""
+
+    wall: float
+    cpu: float
+
+
+def best_of(repeat: int, *fns: Callable[[], object],
+            cpu: Callable[[], float] = cpu_seconds) -> list[Timing]:
+    """Best wall and CPU time of each of ``fns`` over ``repeat`` rounds, interleaved:
+    each round runs every one of ``fns``, so a slower minute of a shared machine falls
+    on all of them alike. ``cpu`` reads the CPU seconds to count (this process's, or
+    the workers').
+    """
+    wall = [float("inf")] * len(fns)
+    used = [float("inf")] * len(fns)
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            c0, t0 = cpu(), time.perf_counter()
+            fn()
+            wall[i] = min(wall[i], time.perf_counter() - t0)
+            used[i] = min(used[i], cpu() - c0)
+    return [Timing(w, c) for w, c in zip(wall, used, strict=True)]
 
 
 def _peak_rss_bytes() -> int:

@@ -31,7 +31,6 @@ import argparse
 import cProfile
 import io
 import pstats
-import resource
 import shutil
 import sys
 import tempfile
@@ -42,7 +41,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import BENCH_DIR, cluster, corpus_bytes, fleet, one_session, worker_peaks
+from bench.common import (
+    BENCH_DIR,
+    Timing,
+    best_of,
+    cluster,
+    corpus_bytes,
+    cpu_seconds,
+    fleet,
+    one_session,
+    worker_peaks,
+)
 from pipeline.audit import audit_session
 from pipeline.catalog import Capacity, ModelCatalog, load_catalog
 from pipeline.compaction import CompactionEngine, CompactionOptions
@@ -118,39 +127,9 @@ def replay_compaction(sessions: list[Session], catalog: ModelCatalog) -> tuple[i
     return needing, packets
 
 
-def cpu_seconds() -> float:
-    """CPU time (user + system) of this process so far."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Best wall and best CPU seconds of one side of a comparison."""
-
-    wall: float
-    cpu: float
-
-
-def best_of(repeat: int, *fns: Callable[[], object],
-            cpu: Callable[[], float] = cpu_seconds) -> list[Timing]:
-    """Best wall and CPU time of each of ``fns`` over ``repeat`` rounds, interleaved.
-
-    CPU time is what the comparison rests on: the machines are shared, and wall time
-    moves with the load of others (both are printed).
-    """
-    wall = [float("inf")] * len(fns)
-    used = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            c0, t0 = cpu(), time.perf_counter()
-            fn()
-            wall[i] = min(wall[i], time.perf_counter() - t0)
-            used[i] = min(used[i], cpu() - c0)
-    return [Timing(w, c) for w, c in zip(wall, used, strict=True)]
-
-
 def ratio_line(label: str, base: Timing, with_compaction: Timing) -> str:
+    # CPU time is what the comparison rests on: the machines are shared, and wall time
+    # moves with the load of others (both are printed).
     ratio = with_compaction.cpu / base.cpu
     verdict = "ok" if ratio <= TARGET else "MISSED"
     return (f"{label}: CPU {base.cpu:7.2f} s planner, {with_compaction.cpu:7.2f} s with "

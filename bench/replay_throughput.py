@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import cluster, corpus_bytes, fleet, timed
+from bench.common import best_of, cluster, corpus_bytes, fleet, timed
 from pipeline.audit import audit_session
 from pipeline.catalog import load_catalog
 from pipeline.generate import generate_session
@@ -168,18 +168,14 @@ def linearity_points(lengths: Iterable[int], seeds: Iterable[int],
     a noisy machine falls on every length alike."""
     sessions = [linearity_session(t, seed) for t in lengths for seed in seeds]
     catalog, rules = load_catalog(), get_rule_set("v1")
-    best: dict[tuple[int, str], float] = {}
-    for _ in range(rounds):
-        for i, s in enumerate(sessions):
-            runs = {
-                "replay": partial(replay_cold, s, rules, catalog),
-                "engine": partial(replay_session, s.key, s.chain, rules=rules,
-                                  tokenizer=LengthTokenizer(), catalog=catalog),
-                "floor": partial(tokenizer_floor, s.texts),
-            }
-            for name, run in runs.items():
-                seconds = timed(run)[1]
-                best[i, name] = min(best.get((i, name), seconds), seconds)
+    kinds = ("replay", "engine", "floor")
+    runs = [run for s in sessions for run in (
+        partial(replay_cold, s, rules, catalog),
+        partial(replay_session, s.key, s.chain, rules=rules, tokenizer=LengthTokenizer(),
+                catalog=catalog),
+        partial(tokenizer_floor, s.texts))]
+    timings = iter(best_of(rounds, *runs))
+    best = {(i, kind): next(timings).wall for i in range(len(sessions)) for kind in kinds}
     calls = []
     for s in sessions:
         profile = cProfile.Profile()
@@ -192,7 +188,7 @@ def linearity_points(lengths: Iterable[int], seeds: Iterable[int],
         points.append(LinearityPoint(
             sum(sessions[i].iterations for i in mine), sum(sessions[i].size for i in mine),
             sum(sessions[i].tokens for i in mine),
-            *(sum(best[i, name] for i in mine) for name in ("replay", "engine", "floor")),
+            *(sum(best[i, kind] for i in mine) for kind in kinds),
             sum(calls[i] for i in mine) / sum(len(sessions[i].chain) for i in mine)))
     return points
 
