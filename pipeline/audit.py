@@ -48,7 +48,7 @@ def usage_of(obj: Any) -> Usage | None:
             and 0 <= r <= MAX_TOKEN_COUNT and 0 <= c <= MAX_TOKEN_COUNT):
         return (i, o, r, c)
     for v in (i, o, r, c):
-        if (type(v) is not int or not 0 <= v <= MAX_TOKEN_COUNT) and v is not None:
+        if v is not None and token_count(v) is None:
             return None
     return (i or 0, o or 0, r or 0, c or 0)
 

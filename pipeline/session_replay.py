@@ -13,7 +13,13 @@ from pipeline.reader import Entry
 from pipeline.replay import ReplayEngine, RequestReplay
 from pipeline.tokens import Tokenizer
 from pipeline.types import token_count
-from pipeline.utilization import HintLevel, HintState, hint_text, utilization
+from pipeline.utilization import (
+    HintLevel,
+    HintState,
+    hint_text,
+    limit_columns,
+    utilization,
+)
 
 
 @dataclass
@@ -190,10 +196,7 @@ def replay_session(
             "plan_packet_range": packet_label(req),
             "request_digest": req.request_digest,
             "last_request_tokens": size,
-            "model_input_limit": util.model_input_limit if util else None,
-            "saturation": util.saturation if util else None,
-            "headroom_tokens": util.headroom_tokens if util else None,
-            "auto_compress_above": util.auto_compress_above if util else None,
+            **limit_columns(util),
             "turn_total_tokens": turn_total[req.turn],
             "hint_level": level.label,
             "hint_text": (hint_text(level, util, settled=settled, open_scope=f"t{req.turn}")

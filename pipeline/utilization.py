@@ -55,6 +55,17 @@ def utilization(request_tokens: int, limit: int | None, turn_total: int) -> Util
     )
 
 
+def limit_columns(util: Utilization | None) -> dict[str, int | None]:
+    """The ``requests`` columns derived from the model's limit (null without a
+    utilization or a known limit)."""
+    if util is None:
+        return dict.fromkeys(("model_input_limit", "saturation", "headroom_tokens",
+                              "auto_compress_above"))
+    return {"model_input_limit": util.model_input_limit, "saturation": util.saturation,
+            "headroom_tokens": util.headroom_tokens,
+            "auto_compress_above": util.auto_compress_above}
+
+
 def pressure(util: Utilization | None) -> HintLevel:
     """The level this request alone calls for: 75% / 90% / above the ceiling."""
     if util is None or util.auto_compress_above is None:

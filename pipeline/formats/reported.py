@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.audit import USAGE_FIELDS, SessionAudit
 from pipeline.catalog import ModelCatalog
-from pipeline.utilization import HintState, utilization
+from pipeline.utilization import HintState, limit_columns, utilization
 
 #: The ``rules`` of a request row measured from reported usage, not replayed.
 REPORTED = "reported"
@@ -37,10 +37,7 @@ def reported_requests(audit: SessionAudit, catalog: ModelCatalog) -> list[dict[s
             "provider": rec["provider"], "model_known": cap is not None, "rules": REPORTED,
             "reported_input_tokens": size, "reported_output_tokens": rec["output_tokens"],
             "last_request_tokens": size,
-            "model_input_limit": util.model_input_limit if util else None,
-            "saturation": util.saturation if util else None,
-            "headroom_tokens": util.headroom_tokens if util else None,
-            "auto_compress_above": util.auto_compress_above if util else None,
+            **limit_columns(util),
             "hint_level": level.label,
         })
     return rows

@@ -13,6 +13,14 @@ from pipeline.types import Finding
 
 _TS = pa.timestamp("ns", tz="UTC")
 
+#: Which format a file is (vak, claude-code, codex) and, for a subagent's transcript,
+#: the session it belongs to and the subagent (docs/formats.md).
+_PROVENANCE = [
+    ("source", pa.string()),
+    ("parent_session_path", pa.string()),
+    ("subagent", pa.string()),
+]
+
 SESSIONS_SCHEMA = pa.schema(
     [
         ("session_path", pa.string()),
@@ -44,11 +52,7 @@ SESSIONS_SCHEMA = pa.schema(
         *[(f"{k}_tokens", pa.int64()) for k in USAGE_KINDS],
         *[(f"{k}_tokens_abandoned", pa.int64()) for k in USAGE_KINDS],
         *[(f"billed_{k}_tokens", pa.int64()) for k in USAGE_KINDS],
-        # Which format the file is (vak, claude-code, codex), and for a subagent's
-        # transcript the session it belongs to (docs/formats.md).
-        ("source", pa.string()),
-        ("parent_session_path", pa.string()),
-        ("subagent", pa.string()),
+        *_PROVENANCE,
     ]
 )
 
@@ -93,9 +97,7 @@ USAGE_SCHEMA = pa.schema(
         # Of cache_write_tokens, the one-hour writes, where the transcript says (Claude
         # Code); null for vak, whose ledgers do not.
         ("cache_write_1h_tokens", pa.int64()),
-        ("source", pa.string()),
-        ("parent_session_path", pa.string()),
-        ("subagent", pa.string()),
+        *_PROVENANCE,
     ]
 )
 
