@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,14 @@ def lines_of(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
+def streamed_usage(path: Path) -> Iterator[tuple[tuple[str, str], dict[str, Any]]]:
+    """``(message.id, requestId)`` and ``usage`` of every assistant line, in file order
+    (Claude Code streams one request over several lines)."""
+    for obj in lines_of(path):
+        if obj.get("type") == "assistant":
+            yield (obj["message"]["id"], obj["requestId"]), obj["message"]["usage"]
+
+
 def claude_recount(path: Path) -> tuple[int, tuple[int, int, int, int]]:
     """Requests and (input, output, cache read, cache write) the plain way."""
     final: dict[tuple[str, str], dict[str, int]] = {}
@@ -96,10 +105,8 @@ def test_claude_code_final_streamed_line_is_not_the_first() -> None:
     """What de-duplicating on the first line (as ccusage does) would miss here."""
     path = CLAUDE / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
     first: dict[tuple[str, str], int] = {}
-    for obj in lines_of(path):
-        if obj.get("type") == "assistant":
-            first.setdefault((obj["message"]["id"], obj["requestId"]),
-                             obj["message"]["usage"]["output_tokens"])
+    for request, usage in streamed_usage(path):
+        first.setdefault(request, usage["output_tokens"])
     audit = audit_file(path)
     assert audit.row["output_tokens"] > sum(first.values())
 
@@ -372,12 +379,8 @@ def test_one_hour_cache_writes_are_priced_at_their_own_rate() -> None:
 @needs_real
 def test_claude_code_one_hour_writes_come_from_the_final_streamed_line() -> None:
     path = CLAUDE / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
-    final: dict[tuple[str, str], int] = {}
-    for obj in lines_of(path):
-        if obj.get("type") == "assistant":
-            split = obj["message"]["usage"].get("cache_creation") or {}
-            final[(obj["message"]["id"], obj["requestId"])] = split.get(
-                "ephemeral_1h_input_tokens", 0)
+    final = {request: (usage.get("cache_creation") or {}).get("ephemeral_1h_input_tokens", 0)
+             for request, usage in streamed_usage(path)}  # the last line of each wins
     audit = audit_file(path)
     usage = usage_table([audit])
     hour = [h for h, k in zip(usage["cache_write_1h_tokens"].to_pylist(),
