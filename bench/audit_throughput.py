@@ -6,7 +6,9 @@ Prints, measured in the same run (machines here are noisy, so only ratios matter
   parsing it with orjson;
 * ``vakpipe audit`` with 1 worker and with 2 workers, as MB/s and as ratios
   (targets: 1 worker >= 60% of the floor; 2 workers >= 1.6 x 1 worker);
-* the peak resident memory of the worker that audits one 1 GB session (target < 1 GB).
+* the peak resident memory of the worker that audits one 1 GB session (target < 1 GB);
+* where one worker's time goes: the reader alone and the whole audit of each session
+  run in this process, against the floor measured alongside (CPU seconds).
 
 Run: ``.venv/bin/python bench/audit_throughput.py [--mb 500] [--big-mb 1024]``.
 """
@@ -14,6 +16,7 @@ Run: ``.venv/bin/python bench/audit_throughput.py [--mb 500] [--big-mb 1024]``.
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import shutil
 import sys
@@ -30,6 +33,7 @@ import contextlib
 from bench.common import (
     BENCH_DIR,
     MB,
+    best_of,
     cluster,
     corpus_bytes,
     fleet,
@@ -37,8 +41,11 @@ from bench.common import (
     timed,
     worker_peaks,
 )
+from pipeline.audit import audit_session
 from pipeline.io.storage import resolve
+from pipeline.layout import SessionKey, parse_session_path
 from pipeline.orchestrate import run_audit
+from pipeline.reader import read_ledger
 
 
 def raw_floor(root: Path) -> int:
@@ -53,6 +60,27 @@ def raw_floor(root: Path) -> int:
                     orjson.loads(body)
                 n += 1
     return n
+
+
+def sessions_of(root: Path) -> list[tuple[SessionKey, Path]]:
+    """Every ledger under ``root`` with its key, in path order."""
+    found = []
+    for path in sorted(root.rglob("*.jsonl")):
+        key = parse_session_path(path.relative_to(root).as_posix())
+        if key is not None:
+            found.append((key, path))
+    return found
+
+
+def in_process(sessions: list[tuple[SessionKey, Path]], whole: bool) -> None:
+    """The reader alone (parse, envelope, SHA-256, chain: ``whole=False``) or the whole
+    audit of each session, in this process, the files read as the floor reads them."""
+    for key, path in sessions:
+        with open(path, "rb", buffering=1 << 20) as f:
+            if whole:
+                audit_session(key, f)
+            else:
+                collections.deque(read_ledger(f), maxlen=0)
 
 
 def audit_with(root: Path, workers: int, repeat: int = 1,
@@ -100,6 +128,18 @@ def main() -> None:
           f"= {one / floor:.2f} x floor (target >= 0.60)")
     print(f"vakpipe audit, 2 workers:                  {two:8.1f} MB/s  "
           f"= {two / one:.2f} x 1 worker (target >= 1.60)")
+
+    # Where one worker's time goes, each stage against a floor measured in the same
+    # rounds (CPU seconds: the stages run in this one process).
+    sessions = sessions_of(root)
+    floor_t, reader_t, whole_t = best_of(
+        args.repeat, lambda: raw_floor(root), lambda: in_process(sessions, whole=False),
+        lambda: in_process(sessions, whole=True))
+    print("one process, CPU seconds against the floor measured alongside:")
+    print(f"  reader alone (parse, envelope, SHA-256, chain): {reader_t.cpu / floor_t.cpu:.2f} x "
+          "floor's time")
+    print(f"  whole audit of each session:                    {whole_t.cpu / floor_t.cpu:.2f} x "
+          f"floor's time (= {floor_t.cpu / whole_t.cpu:.2f} x floor's speed)")
 
     big = one_session(BENCH_DIR / f"big-{args.big_mb}", args.big_mb)
     big_size = corpus_bytes(big)

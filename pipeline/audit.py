@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 from pipeline.formats import VAK, detect
@@ -21,6 +22,7 @@ from pipeline.types import MAX_TOKEN_COUNT, Code, Finding, Severity, Status, tok
 
 Usage = tuple[int, int, int, int]  # input, output, cache read, cache creation
 _ZERO: Usage = (0, 0, 0, 0)
+_LINE, _ID = attrgetter("line"), attrgetter("id")
 USAGE_KINDS = ("input", "output", "cache_read", "cache_creation")
 #: The fields of a :attr:`SessionAudit.usage` row, in order: the ``usage`` dataset's
 #: columns but the session's own (path, id, agent) and ``day`` (derived from ``ts``).
@@ -239,13 +241,26 @@ class SessionAudit:
 
     row: dict[str, Any]
     findings: list[Finding] = field(default_factory=list)
-    #: ``(line, id)`` of every active-chain entry, for a replay pass over the same bytes.
-    active: frozenset[tuple[int, str]] = frozenset()
+    #: Line and id of every active-chain entry, in file order (see :attr:`active`).
+    chain_lines: tuple[int, ...] = ()
+    chain_ids: tuple[str, ...] = ()
     #: One tuple of :data:`USAGE_FIELDS` per usage-bearing record (``usage`` dataset).
     usage: list[tuple[Any, ...]] = field(default_factory=list)
     #: ``(session_path, agent_id, tool_use_id, entry_id, line)`` of every subagent the
     #: session started (``subagents`` dataset; Claude Code).
     links: list[tuple[Any, ...]] = field(default_factory=list)
+    _active: frozenset[tuple[int, str]] | None = field(default=None, repr=False)
+
+    @property
+    def active(self) -> frozenset[tuple[int, str]]:
+        """``(line, id)`` of every active-chain entry, for a replay pass over the same
+        bytes; made when first asked."""
+        # Not made by the audit itself: a task keeps every audit of its batch until
+        # their tables are built, and a set of pairs per session, which an audit alone
+        # never reads, was most of what the cyclic GC walked (docs/scaling.md).
+        if self._active is None:
+            self._active = frozenset(zip(self.chain_lines, self.chain_ids, strict=True))
+        return self._active
 
     def add_findings(self, findings: list[Finding]) -> None:
         """Add findings made outside the audit (checkpoints), first; recount the row."""
@@ -479,7 +494,7 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
     }
     row.update(_figures(tree))
     links = [(key.path, *link) for link in header.get("links", ())]
-    return SessionAudit(row, findings, frozenset((n.line, n.id) for n in active),
+    return SessionAudit(row, findings, tuple(map(_LINE, active)), tuple(map(_ID, active)),
                         _usage_rows(tree, header, key.subagent), links)
 
 

@@ -102,6 +102,18 @@ def test_session_row_figures() -> None:
     assert row["head_hash"] == sha(b.lines[-1].data)
 
 
+def test_active_chain_is_the_heads_path_in_file_order() -> None:
+    b, n = figures_session()
+    audit = audit_bytes(b.to_bytes())
+    on_chain = ["h", "u1", "a1", "r1", "tr1", "a2", "r2", "ctl", "u3", "a4", "r4"]
+    lines = {ident: number for number, ident in enumerate(n.values(), 1)}
+    assert audit.chain_ids == tuple(n[k] for k in on_chain)
+    assert audit.chain_lines == tuple(lines[n[k]] for k in on_chain)
+    # the set the replay asks for, made from the same pairs (and once)
+    assert audit.active == {(lines[n[k]], n[k]) for k in on_chain}
+    assert audit.active is audit.active
+
+
 def test_receipt_fallback_needs_a_winning_attempt() -> None:
     b = LedgerBuilder()
     b.header()

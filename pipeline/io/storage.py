@@ -401,16 +401,17 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
     the read instead of splicing two versions; a local file is looked at again after
     its last line.
     """
-    fs = root.filesystem()
-    if isinstance(fs, LocalFileSystem):
-        # The OS file directly: fsspec's local wrapper adds a Python call per buffer fill.
+    if issubclass(fsspec.get_filesystem_class(root.protocol), LocalFileSystem):
+        # The OS file directly: fsspec's local wrapper adds a Python call per buffer fill
+        # (and no filesystem instance is looked up: ~9 us an object, ~1% of the audit
+        # of a 100 KB session).
         with open(obj.full_path, "rb", buffering=LINE_BUFFER_BYTES) as f:
             _check_version(obj, _stat_info(f), "since it was listed")
             yield guarded_lines(f, max_line_bytes, tap)
             _check_version(obj, _stat_info(f), "while it was read")
         return
     try:
-        with fs.open(obj.full_path, "rb", block_size=READ_BLOCK_BYTES) as raw:
+        with root.filesystem().open(obj.full_path, "rb", block_size=READ_BLOCK_BYTES) as raw:
             # What the file object opened (a HEAD, or the cached listing).
             _check_version(obj, getattr(raw, "details", None) or {}, "since it was listed")
             # fsspec's own readline is slow; a C BufferedReader on top cuts lines fast.
