@@ -8,6 +8,7 @@ process, where a test can make a batch fail.
 from __future__ import annotations
 
 import posixpath
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from pipeline.io.commit import (
     STAGING,
     SUCCESS,
     StagedRun,
+    new_run_id,
     read_dataset,
     read_manifest,
 )
@@ -126,6 +128,24 @@ def test_abort_leaves_the_previous_output_byte_identical(where: Places) -> None:
     second.abort()
     assert snapshot(where.out) == before
     assert read_manifest(where.out)["run_id"] == "run-1"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("attempt", range(4))
+def test_a_run_started_right_after_a_killed_one_removes_its_staging(
+    where: Places, attempt: int
+) -> None:
+    """Run ids are minted as the CLI mints them, within milliseconds of each other: the
+    second run's id sorts after the killed run's, so its commit removes the folder the
+    killed run left (to the second only, it did so about half the time)."""
+    staged(where.out, new_run_id(), {0: ["a"]})  # killed before its commit
+    staged(where.out, new_run_id(), {0: ["b"]}).commit({})
+    assert not any(p.startswith(STAGING) for p in snapshot(where.out))
+
+
+def test_run_ids_sort_by_start_time() -> None:
+    first = new_run_id()
+    time.sleep(0.001)
+    assert first < new_run_id()
 
 
 def test_a_new_commit_replaces_the_previous_files(where: Places) -> None:

@@ -33,8 +33,14 @@ STAGING = "_staging"
 
 
 def new_run_id() -> str:
-    """A sortable, unique run id: UTC time plus a random suffix."""
-    now = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    """A sortable, unique run id: UTC time to the microsecond plus a random suffix.
+
+    Ids sort by start time, and a commit removes the staging folders of runs whose ids
+    sort before its own. To the second only, a run started in the same second as a run
+    killed before its commit sorted after or before it by the suffix alone, and left
+    the killed run's folder behind half the time.
+    """
+    now = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     return f"{now}-{uuid.uuid4().hex[:8]}"
 
 
