@@ -42,8 +42,7 @@ from bench.common import (
     worker_peaks,
 )
 from pipeline.audit import audit_session
-from pipeline.io.storage import resolve
-from pipeline.layout import SessionKey, parse_session_path
+from pipeline.io.storage import SessionObject, enumerate_sessions, resolve
 from pipeline.orchestrate import run_audit
 from pipeline.reader import read_ledger
 
@@ -62,23 +61,13 @@ def raw_floor(root: Path) -> int:
     return n
 
 
-def sessions_of(root: Path) -> list[tuple[SessionKey, Path]]:
-    """Every ledger under ``root`` with its key, in path order."""
-    found = []
-    for path in sorted(root.rglob("*.jsonl")):
-        key = parse_session_path(path.relative_to(root).as_posix())
-        if key is not None:
-            found.append((key, path))
-    return found
-
-
-def in_process(sessions: list[tuple[SessionKey, Path]], whole: bool) -> None:
+def in_process(sessions: list[SessionObject], whole: bool) -> None:
     """The reader alone (parse, envelope, SHA-256, chain: ``whole=False``) or the whole
     audit of each session, in this process, the files read as the floor reads them."""
-    for key, path in sessions:
-        with open(path, "rb", buffering=1 << 20) as f:
+    for obj in sessions:
+        with open(obj.full_path, "rb", buffering=1 << 20) as f:
             if whole:
-                audit_session(key, f)
+                audit_session(obj.key, f)
             else:
                 collections.deque(read_ledger(f), maxlen=0)
 
@@ -131,7 +120,7 @@ def main() -> None:
 
     # Where one worker's time goes, each stage against a floor measured in the same
     # rounds (CPU seconds: the stages run in this one process).
-    sessions = sessions_of(root)
+    sessions = enumerate_sessions(resolve(str(root))).sessions
     floor_t, reader_t, whole_t = best_of(
         args.repeat, lambda: raw_floor(root), lambda: in_process(sessions, whole=False),
         lambda: in_process(sessions, whole=True))

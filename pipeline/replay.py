@@ -20,16 +20,19 @@ from pipeline.catalog import Capacity
 from pipeline.plan import Candidate, WorkingSetPlan, plan_v1
 from pipeline.projection import CARD_TOOL_PREFIX, RuleSet, canonical_json
 from pipeline.reader import Entry
-from pipeline.replay_closed import ClosedPart, Folding, Plan, SealedTurns, closed_part
+from pipeline.replay_closed import (
+    ClosedPart,
+    Folding,
+    Plan,
+    SealedTurns,
+    closed_part,
+    sha_hex,
+)
 from pipeline.tokens import Tokenizer
 from pipeline.turns import Turn, TurnIndex, is_control
 from pipeline.types import token_count
 
 _EMPTY = hashlib.sha256(b"").hexdigest()
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _text(v: Any) -> str | None:
@@ -165,7 +168,7 @@ class ReplayEngine:
 
     def _set_prefix(self, system: str, tools: list[Any], source: str) -> None:
         tools_text = canonical_json(tools)
-        digest = _sha(f"{system}\n{tools_text}")
+        digest = sha_hex(f"{system}\n{tools_text}")
         tokens = self._prefix_cache.get(digest)
         if tokens is None:
             tokens = self.count(system) + sum(
@@ -204,7 +207,7 @@ class ReplayEngine:
         elif kind == "intent":
             text = entry.data.get("model_visible")
             text = text if isinstance(text, str) else ""
-            self.tail = ((self.rules.message_overhead + self.count(text), _sha(text), text)
+            self.tail = ((self.rules.message_overhead + self.count(text), sha_hex(text), text)
                          if text else (0, _EMPTY, ""))
         elif kind == "context_selection":
             self._selection(entry)
@@ -311,7 +314,7 @@ class ReplayEngine:
         line = self.rules.card_line(turn.number, turn.card, asked=turn.asked,
                                     tools=turn.tools, narration=turn.narration)
         costs.card_tokens = self.count(line) + 1  # the line and its newline
-        costs.card_digest = _sha(line)
+        costs.card_digest = sha_hex(line)
         costs.card_line = line
         self._version += 1
 
@@ -324,7 +327,7 @@ class ReplayEngine:
             turn = self.index.current
             replaced = len(self.index.turns) - (1 if keep_open and turn and not turn.closed
                                                  else 0)
-            self.reset = (self.rules.message_overhead + self.count(text), _sha(text), replaced,
+            self.reset = (self.rules.message_overhead + self.count(text), sha_hex(text), replaced,
                           text)
             self._version += 1
             self.packets.clear()
@@ -338,7 +341,7 @@ class ReplayEngine:
         """Hold a packet over turns ``first``..``last``; return its tokens in a request."""
         text = self.rules.summary(summary)
         tokens = self.rules.message_overhead + self.count(text)
-        self.packets[(first, last)] = (tokens, _sha(text), text)
+        self.packets[(first, last)] = (tokens, sha_hex(text), text)
         self._version += 1
         return tokens
 

@@ -22,6 +22,11 @@ from typing import Any
 from pipeline.turns import Turn
 
 
+def sha_hex(text: str) -> str:
+    """Hex SHA-256 of a replayed text (lone surrogates kept, as the ledger's JSON allows)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """The working-set plan in force (a recorded ``context_selection``)."""
@@ -158,7 +163,7 @@ def closed_part(sealed: SealedTurns, folding: Folding, plan: Plan | None,
             tokens += card[0]
             card_digests.append(card[1])
         tokens += folding.turns_wrapper[0]
-        parts.append(_hex(folding.turns_wrapper[1] + "".join(card_digests)))
+        parts.append(sha_hex(folding.turns_wrapper[1] + "".join(card_digests)))
     folded = sorted({*cards, *packet})
     pos = start  # the Full turns between folded ones, as slices: no Python per turn
     for n in folded:
@@ -168,7 +173,3 @@ def closed_part(sealed: SealedTurns, folding: Folding, plan: Plan | None,
     state = hashlib.sha256("|".join([prefix_digest, *parts, ""]).encode())
     return ClosedPart(tokens + full_tokens, max(0, end - start) - len(folded), tuple(cards),
                       tuple(packet), plan.entry_id if plan is not None else "", state)
-
-
-def _hex(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
