@@ -64,7 +64,9 @@ sys.path.insert(0, str(REPO))
 
 CCUSAGE_VERSION = "20.0.24"  # 20.0.26 (latest) names a native package npm does not have
 CCUSAGE_DIR = REPO / "bench" / ".cache" / "ccusage"
-DEFAULT_ROOT = Path("/work/shared/real/claude-code")
+# The project's own copy of the real transcripts (tests/data/README.md), so the bench runs
+# in any clone.
+DEFAULT_ROOT = REPO / "tests" / "data" / "real" / "claude-code"
 ADAPTER = REPO / "pipeline" / "formats" / "claude_code.py"
 PROVIDER = "anthropic"  # what the recount prices Claude Code's models as
 #: Token kinds, in the order every tuple here holds them.

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from data_paths import SPEC
 from ledgers import (
     BASE_SECONDS,
     TS_STEP_NS,
@@ -23,8 +24,7 @@ from pipeline.audit import audit_session, ts_nanos, usage_of
 from pipeline.layout import parse_session_path
 from pipeline.types import Code
 
-SPEC = Path(__file__).resolve().parents[1].parent / "shared" / "spec"
-EXAMPLE = SPEC / "example-ledger.jsonl"
+EXAMPLE: Path = SPEC / "example-ledger.jsonl"
 EXAMPLE_PATH = "agents/vak/sessions/2d872b17b24e117e/0199a1f2-5f00-7000-8000-00000000abcd.jsonl"
 
 
@@ -275,7 +275,6 @@ def test_header_without_cwd_or_session_id() -> None:
 # -- vak's own sample ----------------------------------------------------------------
 
 
-@pytest.mark.skipif(not EXAMPLE.exists(), reason=f"vak's sample ledger not found at {EXAMPLE}")
 def test_example_ledger_audits_clean() -> None:
     key = parse_session_path(EXAMPLE_PATH)
     assert key is not None

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from data_paths import REAL
 
 REPO = Path(__file__).resolve().parents[1]
-ROOT = Path("/work/shared/real/claude-code")
+ROOT = REAL / "claude-code"
 SHORT = ROOT / "projects" / "-home-marco-projects-spotter" / "short.jsonl"
 
 sys.path.insert(0, str(REPO))
@@ -20,7 +21,6 @@ except ImportError as err:  # pragma: no cover - the bench is optional for the s
     pytest.skip(f"bench.ccusage_compare does not import: {err}", allow_module_level=True)
 
 
-@pytest.mark.skipif(not SHORT.exists(), reason=f"{SHORT} is not there")
 def test_recount_keeps_the_final_streamed_line_of_one_request() -> None:
     rc = cc.recount_files([SHORT], ROOT)
 
@@ -51,7 +51,6 @@ def test_recount_final_first_and_biggest_lines(tmp_path: Path) -> None:
     assert (r.first, r.biggest, r.tokens) == ((2, 4, 5, 7), (2, 900, 5, 7), (2, 30, 5, 7))
 
 
-@pytest.mark.skipif(not SHORT.exists(), reason=f"{SHORT} is not there")
 def test_recount_prices_one_hour_writes_as_vakpipe_does() -> None:
     from decimal import Decimal
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from data_paths import SPEC
 from storage_helpers import BUCKET, plain_rows
 
 from pipeline.audit import audit_session
@@ -32,7 +33,6 @@ from pipeline.scopes import FOLD_KEY_GRAMMAR
 from pipeline.show import TEXT_LIMIT, RenderingEngine, render_request
 from pipeline.tokens import get_tokenizer
 
-SPEC = Path(__file__).resolve().parents[1].parent / "shared" / "spec"
 EXAMPLE = SPEC / "example-ledger.jsonl"
 EXAMPLE_PATH = "agents/vak/sessions/2d872b17b24e117e/0199a1f2-5f00-7000-8000-00000000abcd.jsonl"
 REPLAY_TABLES = ("integrity/sessions", "integrity/findings", "turns", "requests")

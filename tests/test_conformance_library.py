@@ -1,4 +1,5 @@
-"""The shared conformance corpus through the library (``audit_session``), no CLI.
+"""The conformance corpus (``tests/data/conformance``) through the library
+(``audit_session``), no CLI.
 
 Same rule as ``../shared/conformance/compare.py``: every expected finding is reported at
 the same 1-based line with the same code (an entry with ``any`` passes when one of its
@@ -13,20 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from data_paths import CONFORMANCE
 
 from pipeline.audit import audit_session
 from pipeline.layout import parse_session_path
 from pipeline.types import Severity
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-CORPUS = SHARED / "conformance" / "corpus"
-EXPECTED = SHARED / "conformance" / "expected.json"
-
-pytestmark = pytest.mark.skipif(
-    not (CORPUS.is_dir() and EXPECTED.is_file()),
-    reason=f"shared conformance corpus not found at {SHARED / 'conformance'} "
-           "(it lives in ../shared beside the project root)",
-)
+CORPUS: Path = CONFORMANCE / "corpus"
+EXPECTED: Path = CONFORMANCE / "expected.json"
 
 
 def load_expected() -> dict[str, Any]:

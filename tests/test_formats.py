@@ -1,7 +1,7 @@
 """Claude Code and Codex transcripts (docs/formats.md): detection by content, the tree,
 streamed requests, subagents, compaction, usage, and the cost rules of
 docs/cost-rules.md ("Other agents' transcripts") on the real transcripts in
-``../shared/real`` and on hand-made lines.
+``tests/data/real`` and on hand-made lines.
 
 Every usage figure is checked against an independent recount of the JSON (written here
 the plain way: final streamed line per ``message.id``+``requestId``; Codex: totals that
@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from data_paths import REAL
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ledgers import sample_session, session_key
@@ -39,10 +40,8 @@ from pipeline.nightly import partition, run_nightly
 from pipeline.pricing import TokenUsage, load_prices, price
 from pipeline.replay_partitions import ReplayOptions
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "real"
 CLAUDE = REAL / "claude-code" / "projects" / "-home-marco-projects-spotter"
 CODEX = REAL / "codex" / "sessions" / "2026" / "02" / "23"
-needs_real = pytest.mark.skipif(not REAL.is_dir(), reason="no ../shared/real beside the project")
 
 
 def audit_file(path: Path, relative: str | None = None) -> SessionAudit:
@@ -88,7 +87,6 @@ CLAUDE_FILES = sorted(CLAUDE.glob("*.jsonl")) + sorted(CLAUDE.glob("*/subagents/
     if CLAUDE.is_dir() else []
 
 
-@needs_real
 @pytest.mark.parametrize("path", CLAUDE_FILES, ids=lambda p: p.name)
 def test_claude_code_streamed_lines_are_one_request_with_the_final_usage(path: Path) -> None:
     audit = audit_file(path)
@@ -100,7 +98,6 @@ def test_claude_code_streamed_lines_are_one_request_with_the_final_usage(path: P
     assert audit.row["errors"] == 0, audit.findings
 
 
-@needs_real
 def test_claude_code_final_streamed_line_is_not_the_first() -> None:
     """What de-duplicating on the first line (as ccusage does) would miss here."""
     path = CLAUDE / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
@@ -111,7 +108,6 @@ def test_claude_code_final_streamed_line_is_not_the_first() -> None:
     assert audit.row["output_tokens"] > sum(first.values())
 
 
-@needs_real
 def test_compaction_boundaries_keep_the_history_on_the_active_chain() -> None:
     for path in sorted(CLAUDE.glob("*-*-*.jsonl")):
         audit = audit_file(path)
@@ -122,7 +118,6 @@ def test_compaction_boundaries_keep_the_history_on_the_active_chain() -> None:
     assert [f.code.text for f in broken.findings] == ["logical_parent_missing"]
 
 
-@needs_real
 def test_subagents_link_to_the_tool_call_and_to_their_parent_session() -> None:
     parent = audit_file(CLAUDE / "258c7280-ae70-4798-800f-63464d01a85d.jsonl")
     (link,) = parent.links
@@ -135,7 +130,6 @@ def test_subagents_link_to_the_tool_call_and_to_their_parent_session() -> None:
     assert child.findings == []  # its first parent lives in the parent session
 
 
-@needs_real
 def test_subagent_requests_copied_into_the_parent_are_its_records_priced_once() -> None:
     parent = audit_file(CLAUDE / "258c7280-ae70-4798-800f-63464d01a85d.jsonl")
     child = audit_file(CLAUDE / "258c7280-ae70-4798-800f-63464d01a85d" / "subagents"
@@ -159,7 +153,6 @@ def test_subagent_requests_copied_into_the_parent_are_its_records_priced_once() 
 CODEX_FILES = sorted(CODEX.glob("*.jsonl")) if CODEX.is_dir() else []
 
 
-@needs_real
 @pytest.mark.parametrize("path", CODEX_FILES, ids=lambda p: p.name[:32])
 def test_codex_requests_are_token_counts_that_moved(path: Path) -> None:
     totals = None
@@ -248,7 +241,6 @@ def test_the_content_decides_the_format_not_the_path() -> None:
     assert audit_session(vak_key, claude).row["source"] == "claude-code"
 
 
-@needs_real
 def test_reported_requests_measure_utilization_against_the_catalog() -> None:
     audit = audit_file(CODEX_FILES[2])
     rows = reported_requests(audit, load_catalog())
@@ -259,7 +251,6 @@ def test_reported_requests_measure_utilization_against_the_catalog() -> None:
     assert "mandatory" in {r["hint_level"] for r in rows}
 
 
-@needs_real
 def test_a_resumed_copy_of_a_request_is_priced_once_and_subagents_under_the_parent(
         tmp_path: Path) -> None:
     src = CLAUDE / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
@@ -278,7 +269,6 @@ def test_a_resumed_copy_of_a_request_is_priced_once_and_subagents_under_the_pare
     assert {r["subagent"] for r in by_session} == {None, "a881341"}
 
 
-@needs_real
 def test_mixed_archive_audit_replay_and_cost_through_the_cli(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "archive"
@@ -308,7 +298,6 @@ def read_costs(out: Path) -> list[dict[str, Any]]:
     return pq.read_table(out / "cost" / "costs.parquet").to_pylist()
 
 
-@needs_real
 def test_nightly_checks_transcript_history_like_a_ledger(tmp_path: Path, scheduler: str) -> None:
     root = tmp_path / "archive"
     shutil.copytree(REAL / "codex", root / "codex")
@@ -340,7 +329,6 @@ def test_nightly_checks_transcript_history_like_a_ledger(tmp_path: Path, schedul
 SHORT = CLAUDE / "short.jsonl"
 
 
-@needs_real
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_any_damaged_line_of_a_transcript_is_reported_on_its_line(data: st.DataObject) -> None:
@@ -376,7 +364,6 @@ def test_one_hour_cache_writes_are_priced_at_their_own_rate() -> None:
     assert hour - five == 400_000 * (rule.base.cache_write_1h - rule.base.cache_write) / 10**6
 
 
-@needs_real
 def test_claude_code_one_hour_writes_come_from_the_final_streamed_line() -> None:
     path = CLAUDE / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
     final = {request: (usage.get("cache_creation") or {}).get("ephemeral_1h_input_tokens", 0)

@@ -7,6 +7,7 @@ import io
 from pathlib import Path
 
 import pytest
+from data_paths import CONFORMANCE
 from ledgers import LedgerBuilder, audit_bytes, read_bytes, sample_session
 
 from pipeline.audit import SessionAudit, audit_session
@@ -16,7 +17,7 @@ from pipeline.reader import Entry, reread_entry
 from pipeline.replay_partitions import active_entries
 from pipeline.types import Code
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "corpus"
+CORPUS: Path = CONFORMANCE / "corpus"
 
 
 def expected(data: bytes, active: frozenset[tuple[int, str]]) -> list[Entry]:
@@ -65,7 +66,6 @@ def test_reread_entry_reads_the_work_quirk_as_work() -> None:
         reread_entry(b'{"id":"x"', 1)
 
 
-@pytest.mark.skipif(not CORPUS.exists(), reason="no conformance corpus beside the project")
 def test_conformance_corpus() -> None:
     for path in sorted(CORPUS.rglob("*.jsonl")):
         key = parse_session_path(path.relative_to(CORPUS).as_posix())
