@@ -12,18 +12,31 @@ Prints, measured in the same run:
   each, summed), the ratio of each doubling of their length in tokens (target <= 2.2)
   and in bytes, the same for the replay engine alone and for the tokenizer floor, the
   time per unit of their own tokenizer floor, and the engine's Python calls per entry
-  (a count, free of noise).
+  (a count, free of noise);
+* long-session linearity: plain sessions (no reset, packet or plan: every closed turn
+  stays in every request) of 5k, 10k, 20k and 40k turns, replayed by the engine alone,
+  and the ratio of each doubling (target <= 2.2; before the closed part kept its running
+  hash it was ~2.8 and rising, 10k/20k/41k turns in 9.4/26.2/112 s);
+* ``--big``: one plain session of about 1 GB (``--big-mb``), audited and replayed in a
+  fresh process (as one worker's task, tiktoken counting), printing MB/s and the peak
+  resident memory. Slow (minutes): not part of the default run.
 
-Run: ``.venv/bin/python bench/replay_throughput.py [--sessions 300]``.
+Run: ``.venv/bin/python bench/replay_throughput.py [--sessions 300] [--long-turns 40000]``,
+``.venv/bin/python bench/replay_throughput.py --big [--big-mb 1000]``,
+``--only-long`` for the long-session part alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
+import json
 import math
 import pstats
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,9 +46,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import best_of, cluster, corpus_bytes, fleet, timed
+from bench.common import BENCH_DIR, best_of, cluster, corpus_bytes, fleet, timed
 from pipeline.audit import audit_session
 from pipeline.catalog import load_catalog
 from pipeline.generate import generate_session
@@ -43,7 +58,7 @@ from pipeline.io.storage import resolve
 from pipeline.layout import parse_session_path
 from pipeline.orchestrate import run_audit
 from pipeline.projection import canonical_json, get_rule_set
-from pipeline.reader import Entry, read_ledger
+from pipeline.reader import Entry, LineStats, read_ledger
 from pipeline.replay_partitions import ReplayOptions
 from pipeline.session_replay import replay_session
 from pipeline.tokens import TiktokenTokenizer, _encoding
@@ -199,13 +214,173 @@ def per_doubling(now: float, before: float, length: int, length_before: int) -> 
     return float(2 ** (math.log(now / before) / math.log(length / length_before)))
 
 
+#: The session every plain session is written as (its key: cwd ``/home/me/proj``).
+PLAIN_PATH = ("agents/vak/sessions/2d872b17b24e117e/"
+              "0199a1f2-5f00-7000-8000-00000000abcd.jsonl")
+
+
+def plain_session(turns: int, *, text_bytes: int = 40) -> Iterable[bytes]:
+    """The lines of a chained ledger of ``turns`` turns with neither reset, packet nor
+    plan, so every closed turn stays in every request (the replay's worst case): each
+    turn a directive, an assistant call, its result and a final answer, short texts of
+    about ``text_bytes`` bytes (longer ones make a 1 GB session)."""
+    prev: str | None = None
+    parent: str | None = None
+    pad = "x" * max(0, text_bytes - 30)
+
+    def line(n: int, kind: str, payload: dict[str, Any]) -> bytes:
+        nonlocal prev, parent
+        ident = f"0199a1f2-5f00-7000-8000-{n:012x}"
+        obj: dict[str, Any] = {"id": ident, "parent_id": parent,
+                               "ts": f"2026-09-21T{n // 3_600_000 % 24:02d}:"
+                                     f"{n // 60_000 % 60:02d}:{n // 1000 % 60:02d}."
+                                     f"{n % 1000:03d}Z"}
+        if prev is not None:
+            obj["prev_hash"] = prev
+        obj["kind"] = kind
+        obj.update(payload)
+        body = orjson.dumps(obj)
+        prev, parent = hashlib.sha256(body).hexdigest(), ident
+        return body + b"\n"
+
+    def message(role: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+        meta = {"model": "gpt-4o", "stop_reason": "end_turn"} if role == "assistant" else None
+        return {"message": {"role": role, "content": content},
+                **({"meta": meta} if meta else {})}
+
+    yield line(0, "header", {
+        "session_id": "0199a1f2-5f00-7000-8000-00000000abcd",
+        "created_at": "2026-09-21T00:00:00Z", "cwd": "/home/me/proj",
+        "contract": {"app_version": "3.5.0", "provider": "openai", "model": "gpt-4o",
+                     "route_ladder": [], "route_objective": "balanced",
+                     "route_annotations": [], "system_prompt": "You are vak.",
+                     "permission_mode": "workspace-write", "capabilities": [],
+                     "prompt_layers": []}})
+    n = 0
+    for t in range(1, turns + 1):
+        call = f"call_{t}"
+        yield line(n := n + 1, "message", message("user", [
+            {"type": "text", "text": f"turn {t}: list the files {pad}"}]))
+        yield line(n := n + 1, "message", message("assistant", [
+            {"type": "text", "text": f"listing {pad}"},
+            {"type": "tool_use", "id": call, "name": "bash", "input": {"cmd": "ls"}}]))
+        yield line(n := n + 1, "message", message("user", [
+            {"type": "tool_result", "tool_use_id": call, "content": f"a.txt b.txt {pad}",
+             "is_error": False}]))
+        yield line(n := n + 1, "message", message("assistant", [
+            {"type": "text", "text": f"two files {pad}"}]))
+
+
+def plain_chain(turns: int) -> tuple[Any, list[Entry]]:
+    """The key and the active chain of :func:`plain_session` (every entry is on it)."""
+    key = parse_session_path(PLAIN_PATH)
+    entries = [i for i in read_ledger(plain_session(turns)) if isinstance(i, Entry)]
+    return key, entries
+
+
+def long_linearity(lengths: Iterable[int], rounds: int) -> None:
+    """Print the engine's replay time of plain sessions of each length in turns, and the
+    ratio of each doubling: flat at ~2 when a request's work does not grow with the
+    closed turns before it."""
+    catalog, rules = load_catalog(), get_rule_set("v1")
+    prev: tuple[int, float] | None = None
+    for turns in lengths:
+        key, chain = plain_chain(turns)
+        run = partial(replay_session, key, chain, rules=rules, tokenizer=LengthTokenizer(),
+                      catalog=catalog)
+        seconds = min(t.wall for t in best_of(rounds, run))
+        ratio = ""
+        if prev is not None:
+            ratio = (f", per doubling of turns {per_doubling(seconds, prev[1], turns, prev[0]):.2f}"
+                     " x (target <= 2.2)")
+        print(f"long linearity: {turns:7,} turns ({len(chain):,} entries, "
+              f"{turns * 2:,} requests) replayed by the engine alone in {seconds:6.2f} s "
+              f"({seconds / len(chain) * 1e6:.1f} us per entry){ratio}")
+        prev = (turns, seconds)
+        del chain
+
+
+def measure_big(path: str) -> dict[str, Any]:
+    """Audit and replay (tiktoken) the one session at ``path`` as one worker's task does
+    (lines streamed, the active chain re-read from the file); time and peak memory."""
+    from pipeline.io.storage import guarded_lines
+
+    key = parse_session_path(PLAIN_PATH)
+    assert key is not None
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    t0 = time.perf_counter()
+    stats = LineStats()
+    with open(path, "rb", buffering=2**20) as f:
+        audit = audit_session(key, guarded_lines(f))
+    active = audit.active
+    catalog, rules = load_catalog(), get_rule_set("v1")
+
+    def chain() -> Iterable[Entry]:
+        with open(path, "rb", buffering=2**20) as f:
+            for item in read_ledger(guarded_lines(f), stats):
+                if isinstance(item, Entry) and (item.line, item.id) in active:
+                    yield item
+
+    t1 = time.perf_counter()
+    result = replay_session(key, chain(), rules=rules, tokenizer=TiktokenTokenizer(),
+                            catalog=catalog)
+    t2 = time.perf_counter()
+    return {"bytes": stats.bytes, "entries": audit.row["entries"],
+            "turns": audit.row["turns"], "requests": len(getattr(result, "requests", ())),
+            "audit_s": t1 - t0, "replay_s": t2 - t1, "rss_before": before,
+            "rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def big(mb: int) -> None:
+    """Write (once) a plain session of about ``mb`` MB and measure it in a fresh process."""
+    path = BENCH_DIR / f"plain-session-{mb}mb.jsonl"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # texts of ~1 KB: ~5.6 KB a turn, so ~180,000 turns and 720,000 entries a GB
+        per_turn = sum(map(len, plain_session(100, text_bytes=1000))) / 100
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            for b in plain_session(max(1, round(mb * MB / per_turn)), text_bytes=1000):
+                f.write(b)
+        tmp.rename(path)
+    done = subprocess.run([sys.executable, __file__, "--measure-big", str(path)],
+                          capture_output=True, text=True, check=True)
+    r = json.loads(done.stdout.splitlines()[-1])
+    grown = (r["rss_peak"] - r["rss_before"]) / 2**20
+    print(f"big session: {r['bytes'] / MB:,.0f} MB, {r['entries']:,} entries, "
+          f"{r['turns']:,} turns: audit {r['audit_s']:.1f} s "
+          f"({r['bytes'] / MB / r['audit_s']:.1f} MB/s), replay {r['replay_s']:.1f} s "
+          f"({r['bytes'] / MB / r['replay_s']:.1f} MB/s); peak RSS "
+          f"{r['rss_peak'] / 2**20:,.0f} MiB (+{grown:,.0f} MiB over the "
+          f"{r['rss_before'] / 2**20:,.0f} MiB before it)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=300)
     ap.add_argument("--repeat", type=int, default=3, help="runs after the first (best kept)")
     ap.add_argument("--linearity-seeds", type=int, default=4,
                     help="sessions summed per length in the linearity part")
+    ap.add_argument("--long-turns", type=int, default=40_000,
+                    help="longest plain session of the long-session linearity part")
+    ap.add_argument("--only-long", action="store_true",
+                    help="run the long-session linearity part alone")
+    ap.add_argument("--big", action="store_true",
+                    help="only: replay one plain session of --big-mb MB (slow)")
+    ap.add_argument("--big-mb", type=int, default=1000)
+    ap.add_argument("--measure-big", metavar="PATH", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.measure_big:
+        print(json.dumps(measure_big(args.measure_big)))
+        return
+    if args.big:
+        big(args.big_mb)
+        return
+    longest = max(1, args.long_turns)
+    long_lengths = sorted({max(1, longest >> k) for k in range(3, -1, -1)})
+    if args.only_long:
+        long_linearity(long_lengths, rounds=2)
+        return
     root = fleet(f"replay-fleet-{args.sessions}", sessions=args.sessions, seed=99)
     size = corpus_bytes(root)
     texts = segments(root)
@@ -253,6 +428,7 @@ def main() -> None:
                 print(f"           per doubling of {unit:6s}: replay {replay:.2f} x{target}, "
                       f"engine alone {engine:.2f} x, tokenizer floor {floor:.2f} x")
         prev = p
+    long_linearity(long_lengths, rounds=2)
 
 
 if __name__ == "__main__":

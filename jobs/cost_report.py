@@ -22,11 +22,20 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from pipeline.cost_html import CostPage, hint_counts, packet_summary, render, saturation_bins
-from pipeline.costs import CostReport, drop_copies, in_window, price_usage, unknown_lines
+from pipeline.costs import (
+    CostReport,
+    drop_copies,
+    in_window,
+    price_usage,
+    spreadsheet_table,
+    unknown_lines,
+)
 from pipeline.errors import UsageError
 from pipeline.io.commit import read_dataset, read_manifest
 from pipeline.io.storage import Location, storage_error, storage_errors
-from pipeline.pricing import TomlPriceTable, load_prices
+from pipeline.partial import InputRun
+from pipeline.pricing import LayeredPriceTable, load_prices
+from pipeline.text import terminal_safe
 
 #: Where the report goes under the run's output by default.
 REPORT_DIR = "cost"
@@ -45,6 +54,15 @@ class CostOutcome:
     grouped: CostReport
     #: Usage records dropped as copies of a request another file holds (resumed, forked).
     copies: int = 0
+    #: The priced run and how complete it is (a partial one prices only what was read).
+    input: InputRun | None = None
+    #: A --since/--until window holding no usage: the line saying which days the run has.
+    empty_window: str | None = None
+
+    @property
+    def partial(self) -> bool:
+        """Whether the priced run is partial."""
+        return self.input is not None and self.input.partial
 
 
 def _optional(out: Location, dataset: str) -> pa.Table | None:
@@ -55,7 +73,7 @@ def _optional(out: Location, dataset: str) -> pa.Table | None:
         return None
 
 
-def _read(out: Location) -> tuple[pa.Table, pa.Table | None, pa.Table | None, str | None]:
+def _read(out: Location) -> tuple[pa.Table, pa.Table | None, pa.Table | None, InputRun]:
     try:
         manifest = read_manifest(out)
         if manifest is None or "usage" not in manifest.get("datasets", {}):
@@ -64,7 +82,7 @@ def _read(out: Location) -> tuple[pa.Table, pa.Table | None, pa.Table | None, st
                 f"{out.url}` first (runs before the cost report did not write one)")
         usage = read_dataset(out, "usage")
         return usage, _optional(out, "requests"), _optional(out, "compaction"), \
-            manifest.get("run_id")
+            InputRun.of(out.url, manifest)
     except storage_errors() as err:
         raise storage_error(err, out.url) from err
 
@@ -81,7 +99,8 @@ def publish(dest: Location, files: dict[str, bytes]) -> list[str]:
             tmp = dest.join(f".{name}.{token}.tmp")
             fs.pipe_file(tmp, data)
             fs.mv(tmp, dest.join(name))
-            written.append(dest.join(name))
+            # The URL as the user gave it (an S3 path without its s3:// is no address).
+            written.append(f"{dest.url.rstrip('/')}/{name}")
     except storage_errors() as err:
         for name in files:  # best effort: a stray temporary file is all that is left
             with contextlib.suppress(*storage_errors()):
@@ -93,8 +112,18 @@ def publish(dest: Location, files: dict[str, bytes]) -> list[str]:
 def _table_bytes(table: pa.Table) -> tuple[bytes, bytes]:
     parquet, csv = io.BytesIO(), io.BytesIO()
     pq.write_table(table, parquet, compression="zstd")
-    pacsv.write_csv(table, csv)
+    pacsv.write_csv(spreadsheet_table(table), csv)  # cells a spreadsheet would evaluate
     return parquet.getvalue(), csv.getvalue()
+
+
+def empty_window_line(usage: pa.Table, since: date | None, until: date | None) -> str:
+    """The line saying that the window [since, until] holds no usage, and which days the
+    run's usage covers (so an empty window is not mistaken for a free month)."""
+    span = pc.min_max(usage["day"])  # nulls skipped: a record with no ts has no day
+    low, high = span["min"].as_py(), span["max"].as_py()
+    covers = (f"the data covers {low} to {high}" if low is not None
+              else "the run has no dated usage records")
+    return f"no usage between {since or '…'} and {until or '…'}; {covers}"
 
 
 def _window(since: date | None, until: date | None) -> str:
@@ -103,9 +132,21 @@ def _window(since: date | None, until: date | None) -> str:
     return f"{since or '…'} to {until or '…'}"
 
 
-def _prices_text(prices: TomlPriceTable) -> str:
-    return (f"price table {prices.version}: list prices as of {prices.as_of}, never "
-            "checked against an invoice (your own rates: --prices FILE)")
+def _prices_text(prices: LayeredPriceTable) -> str:
+    # Names each layer and its version, so a report can be traced to the prices it used.
+    return (f"prices: {prices.source}; list prices as of {prices.as_of}, never checked "
+            "against an invoice (your own rates: --prices FILE)")
+
+
+def unpriced_failure(outcome: CostOutcome) -> str | None:
+    """The line ``--fail-on unpriced`` exits with: the models no price layer knows, or
+    ``None`` when every billed record was priced."""
+    if not outcome.grouped.unknown:
+        return None
+    names = ", ".join(terminal_safe(f"{u.provider or '(no provider)'}/{u.model or '(no model)'}")
+                      for u in outcome.grouped.unknown)
+    return (f"--fail-on unpriced: {len(outcome.grouped.unknown)} unpriced model(s): {names} "
+            "(add a rule in a --prices file)")
 
 
 def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
@@ -134,19 +175,18 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
     Raises
     ------
     UsageError
-        No committed usage table, a bad price file, ``since`` after ``until``, or
-        plotly missing.
+        No committed usage table, a bad price file, ``since`` after ``until``.
     """
     if since is not None and until is not None and since > until:
         raise UsageError(f"--since {since} is after --until {until}")
-    try:
-        import plotly  # noqa: F401
-    except ImportError as err:
-        raise UsageError("the HTML report needs plotly: pip install 'vakpipe[report]'") from err
     prices = load_prices(prices_path)
-    usage, requests, compaction, run_id = _read(out)
+    usage, requests, compaction, source = _read(out)
+    run_id = source.run_id
     usage, copies = drop_copies(usage)
+    everything = usage
     usage = in_window(usage, since, until)
+    empty = (empty_window_line(everything, since, until)
+             if usage.num_rows == 0 and (since is not None or until is not None) else None)
     if requests is not None and (since is not None or until is not None):
         # A request's day is its message's: keep the requests the window's usage names.
         requests = requests.filter(pc.is_in(requests["entry_id"],
@@ -165,19 +205,26 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
         daily_by_model=by_("day", "model"), daily=by_("day"),
         saturation=saturation_bins(requests) if requests is not None else None,
         hints=hint_counts(requests) if requests is not None else None,
-        packets=packet_summary(compaction) if compaction is not None else None)
+        packets=packet_summary(compaction) if compaction is not None else None,
+        partial=source.line() if source.partial else None)
     parquet, csv = _table_bytes(grouped.table)
     dest = report_dir or dataclasses.replace(
         out, url=f"{out.url.rstrip('/')}/{REPORT_DIR}", path=out.join(REPORT_DIR))
     files = publish(dest, {COSTS_PARQUET: parquet, COSTS_CSV: csv,
                            REPORT_HTML: render(page).encode()})
-    return CostOutcome(dest.url, tuple(files), run_id, usage.num_rows, totals, grouped, copies)
+    return CostOutcome(dest.url, tuple(files), run_id, usage.num_rows, totals, grouped, copies,
+                       source, empty)
 
 
 def print_cost_summary(outcome: CostOutcome) -> None:
-    """Totals on stdout; one warning line per unpriced model on stderr."""
+    """Totals on stdout; one warning line per unpriced model, and one when the run is
+    partial, on stderr."""
+    if outcome.input is not None and outcome.input.partial:
+        click.echo(f"vakpipe: warning: {outcome.input.line()}", err=True)
     for line in unknown_lines(outcome.grouped.unknown):
         click.echo(f"vakpipe: warning: {line}", err=True)
+    if outcome.empty_window is not None:
+        click.echo(f"vakpipe: {outcome.empty_window}", err=True)
     t = outcome.totals.totals
     click.echo(f"run {outcome.run_id}: {outcome.rows:,} usage records")
     if outcome.copies:

@@ -20,9 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.errors import UsageError
-from pipeline.io.commit import StagedRun, new_run_id, read_dataset
+from pipeline.io.commit import StagedRun, new_run_id, read_dataset, read_manifest
 from pipeline.io.storage import Location, check_output, storage_error, storage_errors
 from pipeline.orchestrate import RunSummary, dask_client, run_audit, scheduler_address
+from pipeline.partial import InputRun
 from pipeline.regress import (
     REGRESSION_SCHEMA,
     DeltaStats,
@@ -53,10 +54,21 @@ class RegressionReport:
     thresholds: Thresholds
     breaches: tuple[str, ...]
     runs: tuple[RunSummary, ...]
+    #: The runs compared (the baseline run or replay, the candidate replay).
+    inputs: tuple[InputRun, ...] = ()
+
+    @property
+    def partial(self) -> tuple[InputRun, ...]:
+        """The inputs that are partial: the comparison leaves their unread sessions out."""
+        return tuple(i for i in self.inputs if i.partial)
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready form (``regression-summary.json``, and the manifest's summary)."""
         return {
+            "partial": bool(self.partial),
+            # Summed over the inputs (a session unread in both counts twice).
+            "sessions_unread": sum(i.sessions_unread for i in self.inputs),
+            "inputs": [i.as_dict() for i in self.inputs],
             "baseline": {"rules": self.baseline, "run": self.baseline_run},
             "candidate": {"rules": self.candidate, "run": self.candidate_run},
             **self.summary.as_dict(),
@@ -80,6 +92,17 @@ def _read_requests(run: Location, what: str) -> pa.Table:
                          ) from err
     except storage_errors() as err:
         raise storage_error(err, run.url) from err
+
+
+def _input_run(run: Location) -> InputRun:
+    """How complete ``--baseline-run`` is, from its manifest."""
+    try:
+        manifest = read_manifest(run)
+    except storage_errors() as err:
+        raise storage_error(err, run.url) from err
+    except ValueError as err:
+        raise UsageError(f"--baseline-run {run.url}: unreadable manifest ({err})") from err
+    return InputRun.of(run.url, manifest if isinstance(manifest, dict) else {})
 
 
 def _rules_of(requests: pa.Table) -> str:
@@ -153,6 +176,9 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
         # Read first: a wrong path fails before the replay, and OUT/candidate may be
         # the baseline run (last night's) that this run replaces.
         old = _read_requests(baseline_run, "--baseline-run")
+        inputs = [_input_run(baseline_run)]
+    else:
+        inputs = []
     runs: list[RunSummary] = []
     with _one_cluster(root, out, scheduler, workers) as address:
         replay_into = functools.partial(run_audit, root, scheduler=address, workers=workers,
@@ -160,6 +186,8 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
         if baseline is not None:
             runs.append(replay_into(base_loc, replay=baseline))
         runs.append(replay_into(cand_loc, replay=candidate))
+    inputs.extend(InputRun(r.out, r.run_id, r.partial, r.sessions, len(r.unread))
+                  for r in runs)
     new = read_dataset(cand_loc, "requests")
     if old is None:
         old = read_dataset(base_loc, "requests")
@@ -172,7 +200,7 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
     baseline_url = baseline_run.url if baseline_run is not None else base_loc.url
     report = RegressionReport(out.url, label, candidate.rules, baseline_url,
                               cand_loc.url, summary, thresholds, thresholds.breaches(summary),
-                              tuple(runs))
+                              tuple(runs), tuple(inputs))
     staged = StagedRun(out, new_run_id(), {REGRESSION: REGRESSION_SCHEMA})
     try:
         staged.write_part(REGRESSION, 0, pairs)
@@ -207,6 +235,8 @@ def print_regression(report: RegressionReport) -> None:
     """Print a regression check's summary table, and the thresholds' verdict."""
     s = report.summary
     echo = click.echo
+    for partial in report.partial:
+        echo(f"vakpipe: warning: {partial.line()}", err=True)
     share = f" ({100 * s.requests_changed / s.requests_compared:.1f}%)" \
         if s.requests_compared else ""
     echo(f"regression {report.baseline} → {report.candidate}: {s.sessions_compared} "

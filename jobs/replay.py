@@ -15,6 +15,7 @@ import click
 from jobs.audit import print_summary
 from pipeline.audit import audit_session
 from pipeline.errors import UsageError
+from pipeline.formats import VAK
 from pipeline.io.storage import (
     Location,
     SessionObject,
@@ -33,7 +34,12 @@ from pipeline.replay_partitions import (
     replay_spooled,
 )
 from pipeline.scopes import parse_scope
-from pipeline.show import capture_request, find_request, format_request
+from pipeline.show import (
+    capture_request,
+    find_request,
+    format_reported_request,
+    format_request,
+)
 from pipeline.tokens import get_tokenizer
 
 
@@ -88,10 +94,12 @@ def show_job(url: str, scope: str, options: ReplayOptions, *,
              storage_options: dict[str, Any] | None = None, full: bool = False) -> str:
     """Audit and replay the ledger at ``url``; render its request at ``scope``.
 
-    The object is read once, into a local spool (memory, then disk): the audit, the
-    batch replay (which gives the request's row, so ``show`` prints what the
-    ``requests`` table holds) and the rendering pass (which stops at the request) all
-    read the spool.
+    The object is read once, as a run reads it: through the line limit of ``options``
+    (``--max-line-bytes``: a longer line is a damaged line, never held whole), the audit
+    reading the lines as they come while its bytes go to a local spool (memory, then
+    disk). The batch replay (which gives the request's row, so ``show`` prints what the
+    ``requests`` table holds) and the rendering pass (which stops at the request) read
+    the spool through the same limit.
 
     Returns
     -------
@@ -100,17 +108,23 @@ def show_job(url: str, scope: str, options: ReplayOptions, *,
     """
     loc, obj = session_object(url, storage_options)
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as spool:
+        limit = options.max_line_bytes
         try:
-            with open_lines(loc, obj) as lines:
-                spool.writelines(lines)
+            # The spool gets the object's exact bytes (an over-long line in pieces), the
+            # audit the guarded lines: the same findings as `vakpipe replay` gives.
+            with open_lines(loc, obj, max_line_bytes=limit, tap=spool.write) as lines:
+                audit = audit_session(obj.key, lines, size=obj.size)
         except storage_errors() as err:
             raise storage_error(err, url) from err
-        spool.seek(0)
-        audit = audit_session(obj.key, spool, size=obj.size)
         row = find_request(replay_spooled(obj, audit, spool, options).requests, scope, url)
+        if audit.row.get("source", VAK) != VAK:
+            # Another agent's transcript: nothing to rebuild, what it holds is printed.
+            return format_reported_request(row, active_entries(spool, audit, limit),
+                                           session=url, audit=audit.row, full=full)
         capacity = options.catalog.lookup(row["model"])
         rendered = capture_request(
-            active_entries(spool, audit), row["entry_id"], rules=get_rule_set(options.rules),
+            active_entries(spool, audit, limit), row["entry_id"],
+            rules=get_rule_set(options.rules),
             tokenizer=get_tokenizer(),
             planner=options.catalog.lookup(audit.row.get("model")) if options.planner else None)
     parsed = parse_scope(scope)

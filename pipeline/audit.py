@@ -7,23 +7,36 @@ of ``integrity/findings``).
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import date
 from operator import attrgetter
 from typing import Any
 
-from pipeline.formats import VAK, detect
+from pipeline.formats import UNKNOWN, VAK, detect
 from pipeline.layout import SessionKey, cwd_hash
 from pipeline.reader import Entry, LineStats, read_ledger
+from pipeline.redact import quote
 from pipeline.tree import Node, TreeIndex
-from pipeline.types import MAX_TOKEN_COUNT, Code, Finding, Severity, Status, token_count
+from pipeline.types import (
+    MAX_TOKEN_COUNT,
+    Code,
+    Finding,
+    Severity,
+    Status,
+    as_list,
+    token_count,
+)
 
-Usage = tuple[int, int, int, int]  # input, output, cache read, cache creation
+Usage = tuple[int, int, int, int]  # input, output, cache read, cache write
 _ZERO: Usage = (0, 0, 0, 0)
 _LINE, _ID = attrgetter("line"), attrgetter("id")
-USAGE_KINDS = ("input", "output", "cache_read", "cache_creation")
+#: The token kinds of the ``integrity/sessions`` usage columns (``{kind}_tokens``, ...):
+#: the same names as the ``usage`` dataset's (``cache_write``: the provider's cache
+#: creation), one name per thing across datasets.
+USAGE_KINDS = ("input", "output", "cache_read", "cache_write")
 #: The fields of a :attr:`SessionAudit.usage` row, in order: the ``usage`` dataset's
 #: columns but the session's own (path, id, agent) and ``day`` (derived from ``ts``).
 USAGE_FIELDS = ("entry_id", "request_id", "kind", "purpose", "ordinal", "settlement",
@@ -150,8 +163,8 @@ def winning_usage(receipt: dict[str, Any]) -> Usage | None:
     ordinal = receipt.get("winning_attempt")
     if ordinal is None:
         return None
-    for att in receipt.get("attempts") or []:
-        if isinstance(att, dict) and att.get("ordinal") == ordinal:
+    for att in as_list(receipt.get("attempts")):
+        if type(att) is dict and att.get("ordinal") == ordinal:
             return usage_of(att.get("usage"))
     return None
 
@@ -162,17 +175,51 @@ def _name(v: Any) -> str | None:
     return sys.intern(v) if type(v) is str else None
 
 
-def _receipt_info(entry: Entry) -> _Receipt:
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "an integer",
+               float: "a number", bool: "a boolean", type(None): "null"}
+
+
+def _bad_field(entry: Entry, path: str, value: Any, wanted: str) -> Finding:
+    """``bad_field`` on ``entry``: the field at ``path`` is not what vak writes there.
+
+    The detail names the path and the type found, never the value (input is data).
+    """
+    got = _JSON_TYPES.get(type(value), "a value")
+    if type(value) is int and wanted.startswith("a token count"):
+        got = "an integer out of range"
+    return Finding(Code.BAD_FIELD, entry.line, entry.id,
+                   f"{path} is {got}, not {wanted}: read as absent")
+
+
+def _bad_usage(entry: Entry, path: str, usage: Any) -> Finding:
+    """``bad_field`` for a ``usage`` object :func:`usage_of` refused, on its first bad count."""
+    if type(usage) is dict:
+        for k in _USAGE_KEYS:
+            v = usage.get(k)
+            if v is not None and token_count(v) is None:
+                return _bad_field(entry, f"{path}.{k}", v,
+                                  "a token count (an integer from 0 to 2^63 - 1)")
+    return _bad_field(entry, path, usage, "a usage object")
+
+
+def _receipt_info(entry: Entry, bad: list[Finding]) -> _Receipt:
     data = entry.data
     attempts = data.get("attempts")
-    attempts = attempts if isinstance(attempts, list) else []
+    if type(attempts) is not list:
+        if attempts is not None:
+            bad.append(_bad_field(entry, "attempts", attempts, "an array"))
+        attempts = []
     billed, failed, winning = _ZERO, 0, None
     metered: list[_Metered] = []
     win = data.get("winning_attempt")  # cleared once its attempt is seen
-    for att in attempts:
-        if not isinstance(att, dict):
+    for i, att in enumerate(attempts):
+        if type(att) is not dict:
+            bad.append(_bad_field(entry, f"attempts[{i}]", att, "an object"))
             continue
-        u = usage_of(att.get("usage"))
+        raw = att.get("usage")
+        u = usage_of(raw)
+        if u is None and raw is not None:
+            bad.append(_bad_usage(entry, f"attempts[{i}].usage", raw))
         # The first attempt with the winning ordinal wins, as in winning_usage (one
         # pass here: this runs once per receipt).
         is_win = win is not None and att.get("ordinal") == win
@@ -188,33 +235,53 @@ def _receipt_info(entry: Entry) -> _Receipt:
                     _name(data.get("model")), _name(data.get("purpose")), metered)
 
 
-def _node_info(entry: Entry) -> Any:
-    # Once per entry: plain dict access, no typed accessors.
+def _node_info(entry: Entry, bad: list[Finding]) -> Any:
+    """What the tree keeps of ``entry`` for the figures; a field they rest on that holds
+    a value of another type than vak writes is read as absent and appended to ``bad``
+    (``bad_field``)."""
+    # Once per entry: plain dict access, no typed accessors; the checks of a bad field
+    # run only once a value has failed its test.
     kind = entry.kind
     if kind == "message":
         data = entry.data
         message = data.get("message")
         if type(message) is not dict:
+            bad.append(_bad_field(entry, "message", message, "an object"))
             return None
+        meta = data.get("meta")
+        if type(meta) is not dict and meta is not None:
+            bad.append(_bad_field(entry, "meta", meta, "an object"))
+            meta = None
+        if type(message.get("content")) is not list:
+            bad.append(_bad_field(entry, "message.content", message.get("content"),
+                                  "an array"))
         role = message.get("role")
         if role == "assistant":
-            meta = data.get("meta")
-            if not isinstance(meta, dict):
+            if meta is None:
                 return _Request(None, entry.ts, None)
-            return _Request(usage_of(meta.get("usage")), entry.ts, _name(meta.get("model")))
-        if role == "user" and _starts_turn(message, data.get("meta")):
-            return _DIRECTIVE
+            raw = meta.get("usage")
+            u = usage_of(raw)
+            if u is None and raw is not None:
+                bad.append(_bad_usage(entry, "meta.usage", raw))
+            return _Request(u, entry.ts, _name(meta.get("model")))
+        if role == "user":
+            return _DIRECTIVE if _starts_turn(message, meta) else None
+        bad.append(_bad_field(entry, "message.role", role, '"user" or "assistant"')
+                   if type(role) is not str else
+                   Finding(Code.BAD_FIELD, entry.line, entry.id,
+                           'message.role is a string other than "user" or "assistant": '
+                           "neither a request nor a turn"))
     elif kind == "receipt":
-        return _receipt_info(entry)
+        return _receipt_info(entry, bad)
     return None
 
 
-def _transcript_info(entry: Entry) -> Any:
+def _transcript_info(entry: Entry, bad: list[Finding]) -> Any:
     """:func:`_node_info` of an entry an adapter made (:mod:`pipeline.formats`): its
     requests also carry the request they are part of, their one-hour cache writes and,
     for a subagent's request copied into its parent, the subagent. Never read from a
     vak ledger, whatever its ``meta`` holds."""
-    info = _node_info(entry)
+    info = _node_info(entry, bad)
     if type(info) is _Request:
         meta = entry.meta
         info.key = _name(meta.get("request_key"))
@@ -223,16 +290,68 @@ def _transcript_info(entry: Entry) -> Any:
     return info
 
 
-def ts_nanos(ts: str | None) -> int | None:
-    """Nanoseconds since the epoch of an RFC 3339 ``...Z`` timestamp, or ``None``."""
-    if not ts:
-        return None
+#: RFC 3339 ``date-time`` (section 5.6): ``T``/``t`` (or, as its note allows, a space)
+#: between date and time, any number of fractional digits, ``Z``/``z`` or an offset.
+#: ASCII digits only. Ranges and the calendar are checked after the match.
+_RFC3339 = re.compile(
+    r"(\d{4}-\d\d-\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d+))?(?:[Zz]|([+-])(\d\d):(\d\d))\Z",
+    re.ASCII,
+)
+_rfc3339 = _RFC3339.match
+_EPOCH_DAY = date(1970, 1, 1).toordinal()
+#: Days since the epoch of the dates seen (``None``: no such date); bounded, cleared when full.
+_EPOCH_DAYS: dict[str, int | None] = {}
+_MAX_EPOCH_DAYS = 4096
+
+
+def _epoch_day(day: str) -> int | None:
+    """Days since the epoch of an ISO date (``None``: no such date), kept for next time."""
+    known: int | None
     try:
-        base = datetime.fromisoformat(ts[:19]).replace(tzinfo=UTC)
+        known = date.fromisoformat(day).toordinal() - _EPOCH_DAY
     except ValueError:
+        known = None
+    if len(_EPOCH_DAYS) >= _MAX_EPOCH_DAYS:
+        _EPOCH_DAYS.clear()
+    _EPOCH_DAYS[day] = known
+    return known
+
+
+def ts_nanos(ts: object) -> int | None:
+    """Nanoseconds since the epoch (UTC) of an RFC 3339 timestamp, or ``None``.
+
+    Accepts what vak writes (``...Z``, 0/3/6/9 fractional digits) and what other agents
+    do: a lower-case ``z``, a numeric offset (``+00:00``, ``-05:00``: normalised to UTC),
+    any number of fractional digits (past nine, cut to nanoseconds). A leap second
+    (``:60``) is the instant after ``:59``. Anything else (not a string, not that shape,
+    no such date or time of day) is ``None``.
+    """
+    # Per call one regex match and integer arithmetic; the date's day number is cached,
+    # since a session's timestamps share a handful of dates.
+    if type(ts) is not str:
         return None
-    frac = ts[20:-1] if len(ts) > 20 and ts[19] == "." else ""
-    return int(base.timestamp()) * 1_000_000_000 + int(frac.ljust(9, "0") or 0)
+    m = _rfc3339(ts)
+    if m is None:
+        return None
+    day, hh, mm, ss, frac, sign, oh, om = m.groups()
+    days = _EPOCH_DAYS.get(day)
+    if days is None:
+        days = _epoch_day(day)
+        if days is None:
+            return None
+    h, mi, sec = int(hh), int(mm), int(ss)
+    if h > 23 or mi > 59 or sec > 60:
+        return None
+    secs = days * 86_400 + h * 3_600 + mi * 60 + sec
+    if sign is not None:
+        off_h, off_m = int(oh), int(om)
+        if off_h > 23 or off_m > 59:
+            return None
+        off = off_h * 3_600 + off_m * 60
+        secs = secs - off if sign == "+" else secs + off
+    if frac is None:
+        return secs * 1_000_000_000
+    return secs * 1_000_000_000 + int(frac[:9].ljust(9, "0"))
 
 
 @dataclass(slots=True)
@@ -279,9 +398,12 @@ def verdict(findings: list[Finding]) -> dict[str, Any]:
             "warnings": counts[Severity.WARNING], "infos": counts[Severity.INFO]}
 
 
-def _header_fields(entry: Entry) -> dict[str, Any]:
+def _header_fields(entry: Entry, bad: list[Finding]) -> dict[str, Any]:
     contract = entry.data.get("contract")
-    contract = contract if isinstance(contract, dict) else {}
+    if type(contract) is not dict:
+        if contract is not None:
+            bad.append(_bad_field(entry, "contract", contract, "an object"))
+        contract = {}
 
     def text(v: Any) -> str | None:
         return v if isinstance(v, str) else None
@@ -363,6 +485,26 @@ def _merge_streamed(tree: TreeIndex) -> None:
             n.info.part = n is not carrier
             n.info.usage = usage if n is carrier else None
             n.info.write_1h = hour if n is carrier else None
+
+
+def _abandoned_messages(tree: TreeIndex) -> int:
+    """A transcript's abandoned entries: the messages off the active chain that a user
+    or the model could have continued (docs/formats.md): prompts (directives) and model
+    requests. Not counted: activity lines (Claude Code's ``progress``, hook and metadata
+    lines, Codex's events: side lines, never a branch), tool results and runtime
+    messages (``isMeta``: hook context hung off an entry), a subagent's requests copied
+    into its parent, and the earlier lines of a streamed request (parts: parallel tool
+    calls sit on side branches while the conversation goes on from the last one). Runs
+    after :func:`_merge_streamed`."""
+    count = 0
+    for node in tree.nodes:
+        if node.on_active_chain:
+            continue
+        info = node.info
+        if info is _DIRECTIVE or (type(info) is _Request and not info.part
+                                  and info.mirror is None):
+            count += 1
+    return count
 
 
 def _usage_rows(tree: TreeIndex, header: dict[str, Any],
@@ -448,21 +590,22 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
         if isinstance(item, Finding):
             findings.append(item)
             continue
-        found = add(item, info(item))
+        found = add(item, info(item, findings))
         if found:
             findings.extend(found)
         if keep is not None:
             keep.append(item)
         if (fmt is None and item.kind == "header" and tree.header is not None
                 and tree.header.line == item.line):
-            header = _header_fields(item)
+            header = _header_fields(item, findings)
         if not first_ts:
             first_ts = item.ts
         last_entry = item
     findings.extend(tree.finish())
     if fmt is None:
         findings.extend(_placement(key, tree, header))
-    elif key.parent is None and header.get("session_id") != key.session_id:
+    elif (key.parent is None and fmt.name != UNKNOWN
+          and header.get("session_id") != key.session_id):
         findings.append(Finding(Code.SESSION_ID_MISMATCH, None, None,
                                 "file name does not name the transcript's session id"))
     findings.sort(key=lambda f: (f.line is not None, f.line or 0))
@@ -485,7 +628,8 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
         "head_id": head.id if head else None,
         "head_hash": last_entry.digest or None if last_entry else None,
         "active_chain_len": len(active) - (fmt is not None),
-        "abandoned_entries": len(tree.nodes) - len(active),
+        "abandoned_entries": (len(tree.nodes) - len(active) if fmt is None
+                              else _abandoned_messages(tree)),
         "model": header.get("model"),
         "provider": header.get("provider"),
         "app_version": header.get("app_version"),
@@ -513,7 +657,7 @@ def _placement(key: SessionKey, tree: TreeIndex, header: dict[str, Any]) -> list
     elif cwd_hash(cwd) != key.cwd_hash:
         found.append(Finding(
             Code.CWD_HASH_MISMATCH, tree.header.line, tree.header.id,
-            f"directory {key.cwd_hash[:40]!r} is not FNV-1a of the header's cwd "
+            f"directory {quote(key.cwd_hash, 40)!r} is not FNV-1a of the header's cwd "
             f"({cwd_hash(cwd)})",
         ))
     if sid != key.session_id:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -86,6 +87,25 @@ scope_option = click.option("--scope", default=None,
                             help="Only requests in this fold key (e.g. t3/i2-t5).")
 
 
+def force_option(f: F) -> F:
+    """``--force`` on a command that commits: a corrupt ``OUT/_manifest.json`` is set
+    aside as ``_manifest.json.corrupt-<run_id>`` instead of stopping the run (exit 2),
+    and nothing it names is deleted (see :func:`pipeline.io.commit.recovering_manifests`).
+    """
+    @functools.wraps(f)
+    def run_forced(*args: Any, force: bool, **kwargs: Any) -> Any:
+        from pipeline.io.commit import recovering_manifests
+
+        with recovering_manifests(force):
+            return f(*args, **kwargs)
+
+    option = click.option(
+        "--force", is_flag=True,
+        help="Set a corrupt OUT/_manifest.json aside (as _manifest.json.corrupt-<run>) "
+             "instead of stopping; nothing it names is deleted.")
+    return option(run_forced)  # type: ignore[return-value]
+
+
 _BYTE_SIZE = re.compile(r"\s*(\d+)\s*([A-Za-z]*)\s*")
 _BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "k": 2**10,
                "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}
@@ -157,6 +177,7 @@ def _replay_options(rules: str, planner: bool, catalog_path: str | None, window:
 @replay_options
 @scope_option
 @max_line_option
+@force_option
 def audit(root: str, out: str, scheduler: str | None, workers: int | None,
           storage_options: tuple[str, ...], fail_on: str | None, progress: bool | None,
           replay: bool, rules: str, planner: bool, catalog_path: str | None,
@@ -204,6 +225,7 @@ def _exit_on(fail_on: str | None, summary: RunSummary) -> None:
 @cluster_options
 @progress_option
 @max_line_option
+@force_option
 def replay(root: str, out: str, session_ids: tuple[str, ...], rules: str, planner: bool,
            catalog_path: str | None, window: int | None, scope: str | None,
            scheduler: str | None, workers: int | None, storage_options: tuple[str, ...],
@@ -235,8 +257,10 @@ def replay(root: str, out: str, session_ids: tuple[str, ...], rules: str, planne
 @replay_options
 @storage_option
 @click.option("--full", is_flag=True, help="Print every text whole (default: cut long ones).")
+@max_line_option
 def show(session: str, scope: str, rules: str, planner: bool, catalog_path: str | None,
-         window: int | None, storage_options: tuple[str, ...], full: bool) -> None:
+         window: int | None, storage_options: tuple[str, ...], full: bool,
+         max_line_bytes: int) -> None:
     """Print the request at --scope of the ledger SESSION (one file's URL).
 
     The request as the model received it: its figures, the plan, the prefix and every
@@ -246,7 +270,8 @@ def show(session: str, scope: str, rules: str, planner: bool, catalog_path: str 
 
     try:
         text = show_job(session, scope,
-                        _replay_options(rules, planner, catalog_path, window, None),
+                        _replay_options(rules, planner, catalog_path, window, None,
+                                        max_line_bytes),
                         storage_options=parse_storage_options(storage_options), full=full)
     except PipelineError as err:
         _fail(err)
@@ -262,6 +287,13 @@ def show(session: str, scope: str, rules: str, planner: bool, catalog_path: str 
               help="The partition to write (default: today, UTC).")
 @click.option("--compaction", is_flag=True,
               help="Also plan the packets each session's bound model needs (compaction table).")
+@click.option("--baseline", "baseline_day", type=click.DateTime(["%Y-%m-%d"]), default=None,
+              metavar="YYYY-MM-DD",
+              help="Start from this committed partition instead of the newest (when the "
+                   "newest lost its manifest or cannot be read).")
+@click.option("--rebaseline", is_flag=True,
+              help="Start over from no baseline (everything read as new; no history break "
+                   "can be reported tonight); recorded in the summary.")
 @replay_options
 @cluster_options
 @progress_option
@@ -269,7 +301,9 @@ def show(session: str, scope: str, rules: str, planner: bool, catalog_path: str 
               help="Exit 1 when any session has a finding of this severity or worse "
                    "(a partial run exits 3 first).")
 @max_line_option
-def nightly(root: str, out: str, day: datetime | None, compaction: bool, rules: str,
+@force_option
+def nightly(root: str, out: str, day: datetime | None, compaction: bool,
+            baseline_day: datetime | None, rebaseline: bool, rules: str,
             planner: bool, catalog_path: str | None, window: int | None,
             scheduler: str | None, workers: int | None, storage_options: tuple[str, ...],
             progress: bool | None, fail_on: str | None, max_line_bytes: int) -> None:
@@ -296,7 +330,9 @@ def nightly(root: str, out: str, day: datetime | None, compaction: bool, rules: 
                 replay_opts, compaction=CompactionOptions(get_summariser("cards")))
         summary = nightly_job(resolve(root, options), resolve(out, options), replay_opts,
                               day=day.date() if day else None, scheduler=scheduler,
-                              workers=workers, progress=progress)
+                              workers=workers, progress=progress,
+                              baseline_day=baseline_day.date() if baseline_day else None,
+                              rebaseline=rebaseline)
     except PipelineError as err:
         _fail(err)
         return
@@ -328,6 +364,7 @@ def nightly(root: str, out: str, day: datetime | None, compaction: bool, rules: 
 @cluster_options
 @progress_option
 @max_line_option
+@force_option
 def compact(root: str, out: str, window: int | None, what_if_model: str | None,
             summariser: str, summariser_url: str | None, summariser_model: str | None,
             summary_tokens: int, write_archive: bool, rules: str, catalog_path: str | None,
@@ -387,15 +424,21 @@ def compact(root: str, out: str, window: int | None, what_if_model: str | None,
                    "requests compared).")
 @click.option("--max-new-overflows", type=click.IntRange(min=0), default=None, metavar="N",
               help="Exit 1 when more requests are newly over their model's window.")
+@click.option("--allow-partial", is_flag=True,
+              help="Exit 0 when a run compared is partial (still said; default: exit 3).")
 @session_option
 @what_if_options
 @cluster_options
 @progress_option
+@max_line_option
+@force_option
 def regress(root: str, out: str, baseline: str | None, candidate: str,
             baseline_run: str | None, max_changed: str | None, max_new_overflows: int | None,
+            allow_partial: bool,
             session_ids: tuple[str, ...], planner: bool, catalog_path: str | None,
             window: int | None, scheduler: str | None, workers: int | None,
-            storage_options: tuple[str, ...], progress: bool | None) -> None:
+            storage_options: tuple[str, ...], progress: bool | None,
+            max_line_bytes: int) -> None:
     """Replay ROOT under two projection rule sets and compare every request.
 
     Writes OUT/baseline and OUT/candidate (the two replays), the regression dataset (one
@@ -412,11 +455,14 @@ def regress(root: str, out: str, baseline: str | None, candidate: str,
         thresholds = Thresholds(
             parse_change_limit(max_changed) if max_changed is not None else None,
             max_new_overflows)
+        # Both replays read through the same line limit (it travels in their options).
         base_opts = (None if baseline_run is not None
-                     else _replay_options(baseline or "v1", planner, catalog_path, window, None))
+                     else _replay_options(baseline or "v1", planner, catalog_path, window, None,
+                                          max_line_bytes))
         report = regression_job(
             resolve(root, options), resolve(out, options),
-            _replay_options(candidate, planner, catalog_path, window, None), baseline=base_opts,
+            _replay_options(candidate, planner, catalog_path, window, None, max_line_bytes),
+            baseline=base_opts,
             baseline_run=resolve(baseline_run, options) if baseline_run is not None else None,
             thresholds=thresholds, sessions=frozenset(session_ids) or None,
             scheduler=scheduler, workers=workers, progress=progress)
@@ -424,6 +470,8 @@ def regress(root: str, out: str, baseline: str | None, candidate: str,
         _fail(err)
         return
     print_regression(report)
+    if report.partial and not allow_partial:
+        sys.exit(EXIT_PARTIAL)  # before the thresholds: a partial comparison proves nothing
     if report.breaches:
         sys.exit(EXIT_FINDINGS)
 
@@ -441,17 +489,22 @@ def regress(root: str, out: str, baseline: str | None, candidate: str,
               help="Your own price table (TOML); its rules come first.")
 @click.option("--report-dir", default=None,
               help="Where the tables and report.html go (default: OUT/cost).")
+@click.option("--fail-on", "fail_on", type=click.Choice(["unpriced"]), default=None,
+              help="Exit 1 when a billed model has no price (the line names them).")
+@click.option("--allow-partial", is_flag=True,
+              help="Exit 0 when the priced run is partial (still said; default: exit 3).")
 @storage_option
 def cost(out: str, since: datetime | None, until: datetime | None, by_text: str,
-         prices_path: str | None, report_dir: str | None,
-         storage_options: tuple[str, ...]) -> None:
+         prices_path: str | None, report_dir: str | None, fail_on: str | None,
+         allow_partial: bool, storage_options: tuple[str, ...]) -> None:
     """Price the usage of the run committed under OUT: billed, effective and wasted USD.
 
     Writes costs.parquet and costs.csv (grouped by --by) and report.html (charts, one
     self-contained file) under OUT/cost or --report-dir. Models the price table does not
-    know are named on stderr and never priced silently.
+    know are named on stderr and never priced silently; --fail-on unpriced makes them
+    exit 1.
     """
-    from jobs.cost_report import cost_job, print_cost_summary
+    from jobs.cost_report import cost_job, print_cost_summary, unpriced_failure
     from pipeline.costs import parse_by
 
     try:
@@ -464,6 +517,12 @@ def cost(out: str, since: datetime | None, until: datetime | None, by_text: str,
         _fail(err)
         return
     print_cost_summary(outcome)
+    if outcome.partial and not allow_partial:
+        sys.exit(EXIT_PARTIAL)  # before --fail-on: figures of a partial run prove nothing
+    unpriced = unpriced_failure(outcome) if fail_on == "unpriced" else None
+    if unpriced is not None:
+        click.echo(f"vakpipe: {unpriced}", err=True)
+        sys.exit(EXIT_FINDINGS)
 
 
 @main.command()

@@ -30,6 +30,7 @@ from pipeline.catalog import Capacity, ModelCatalog
 from pipeline.layout import SessionKey
 from pipeline.projection import RuleSet
 from pipeline.reader import Entry
+from pipeline.redact import redact
 from pipeline.replay import ReplayEngine
 from pipeline.replay_closed import Plan
 from pipeline.summarise import Summariser, Summary, SummarySeed, request_from_turns
@@ -372,7 +373,8 @@ def packet_lines(packets: list[PlannedPacket], session: str, *, head_id: str,
         eid = uuid7(now_ns // 1_000_000, int(p.packet_id(session), 16))
         line = serialize(RawEntry(eid, parent, ts, None, "compaction", {
             "summary": p.summary.text, "first_turn_id": p.first_turn_id,
-            "last_turn_id": p.last_turn_id, "model": p.model,
+            # The model name is the ledger's own text: held to the rule like the summary.
+            "last_turn_id": p.last_turn_id, "model": redact(p.model),
             "tokens_before": p.tokens_before, "reset_all": False,
         }), prev_hash)
         lines.append(line)

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from pipeline.errors import UsageError
 from pipeline.pricing import Cost, Price, PriceTable, TokenUsage, price
+from pipeline.text import spreadsheet_safe, terminal_safe
 
 #: ``--by`` names -> the ``usage`` columns they group on.
 GROUP_KEYS: dict[str, tuple[str, ...]] = {
@@ -324,7 +325,25 @@ def _cost_table(by: Sequence[str], keys: list[str],
 
 
 def unknown_lines(unknown: Iterable[UnknownModel]) -> list[str]:
-    """One warning line per unpriced provider/model: its token volume and records."""
-    return [f"unknown model {u.provider or '(no provider)'}/{u.model or '(no model)'}: "
+    """One warning line per unpriced provider/model: its token volume and records (the
+    names are the ledgers' text, printed to a terminal: escaped)."""
+    return [f"unknown model {terminal_safe(u.provider or '(no provider)')}/"
+            f"{terminal_safe(u.model or '(no model)')}: "
             f"{u.tokens:,} billed tokens in {u.records:,} records NOT PRICED "
             "(add a rule in a --prices file)" for u in unknown]
+
+
+def spreadsheet_table(table: pa.Table) -> pa.Table:
+    """``table`` for a CSV file: every string cell that a spreadsheet would evaluate
+    (``=HYPERLINK(...)``, ``@SUM``, ``+1``, ``-2+3`` from a model name or a path) prefixed
+    with ``'`` (:func:`pipeline.text.spreadsheet_safe`). Numbers are left as they are;
+    only the CSV gets this, the Parquet table keeps the values."""
+    columns = []
+    for column in table.columns:
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            values = column.to_pylist()
+            safe = [v if v is None else spreadsheet_safe(v) for v in values]
+            if safe != values:
+                column = pa.chunked_array([pa.array(safe, column.type)], column.type)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=table.schema)

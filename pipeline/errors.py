@@ -39,3 +39,19 @@ class CommitError(PipelineError, OSError):
 
 class ClusterError(PipelineError, OSError):
     """The Dask scheduler to join cannot be reached."""
+
+
+class BaselineError(PipelineError, ValueError):
+    """A nightly run's baseline partition is gone or unreadable while earlier nights
+    exist: starting over in silence would hide any history break made meanwhile."""
+
+
+class UnsafeOutputError(PipelineError, ValueError):
+    """A path a run would write, move or delete under its output is unsafe: a symbolic
+    link on the way (it could lead anywhere, the archive included) or a name that is not
+    a plain path below the output. Refused before anything is touched."""
+
+
+class CorruptManifestError(PipelineError, ValueError):
+    """An output's ``_manifest.json`` does not read as a manifest vakpipe writes (not
+    JSON, another shape, or names that are not plain paths below the output)."""

@@ -11,10 +11,12 @@ partition (its own previous version is then the baseline).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -22,10 +24,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.checkpoint import Change, Checkpoint, classify, missing_finding
-from pipeline.errors import CommitError
-from pipeline.io.commit import StagedRun, new_run_id, read_dataset, read_manifest
-from pipeline.io.storage import Listing, Location, enumerate_sessions, storage_errors
-from pipeline.io.tables import findings_table, sessions_table
+from pipeline.errors import BaselineError, CommitError, UsageError
+from pipeline.io.commit import (
+    MANIFEST,
+    STAGING,
+    SUCCESS,
+    StagedRun,
+    new_run_id,
+    read_dataset,
+    read_manifest,
+)
+from pipeline.io.storage import (
+    Listing,
+    Location,
+    enumerate_sessions,
+    printable,
+    storage_error,
+    storage_errors,
+)
+from pipeline.io.tables import findings_table, schemas_digest, sessions_table
 from pipeline.layout import SessionKey, parse_session_path
 from pipeline.orchestrate import RunSummary, check_locations, execute_run
 from pipeline.partitions import not_audited
@@ -43,26 +60,128 @@ def partition(out: Location, day: date) -> Location:
     return dataclasses.replace(out, url=f"{out.url.rstrip('/')}/{name}", path=out.join(name))
 
 
-def latest_partition(out: Location, day: date) -> Location | None:
-    """The newest committed partition on or before ``day`` (a manifest is its commit)."""
-    fs = out.filesystem()
+def _names(fs: Any, path: str) -> list[str]:
+    fs.invalidate_cache(path)
+    return [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)]
+
+
+def _partition_days(out: Location, day: date) -> list[date]:
+    """The dates of the ``date=`` folders under ``out`` on or before ``day``, newest first."""
     try:
-        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(out.path, detail=False)]
+        names = _names(out.filesystem(), out.path)
+    except FileNotFoundError:
+        return []
+    except storage_errors() as err:
+        raise storage_error(err, out.url) from err
+    days = sorted((m.group(1) for n in names if (m := PARTITION.match(n))), reverse=True)
+    return [date.fromisoformat(t) for t in days if t <= day.isoformat()]
+
+
+def _manifest(loc: Location) -> dict[str, Any] | None:
+    """The partition's manifest; ``None`` without one. Raises :class:`BaselineError`
+    when it is there but not a manifest (cut, edited, not JSON)."""
+    try:
+        manifest = read_manifest(loc)
     except FileNotFoundError:
         return None
-    except storage_errors():
+    except storage_errors() as err:
+        raise storage_error(err, loc.url) from err
+    except ValueError as err:  # not JSON, not UTF-8
+        raise BaselineError(f"{loc.url}: {MANIFEST} is unreadable ({err})") from err
+    if manifest is None:
         return None
-    days = sorted((m.group(1) for n in names if (m := PARTITION.match(n))), reverse=True)
-    for text in days:
-        if text <= day.isoformat():
-            loc = partition(out, date.fromisoformat(text))
-            if read_manifest(loc) is not None:
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("datasets"), dict) \
+            or "checkpoints" not in manifest["datasets"]:
+        raise BaselineError(f"{loc.url}: {MANIFEST} is not a nightly partition's manifest")
+    return manifest
+
+
+def _was_committed(loc: Location) -> bool:
+    """Whether a folder without a manifest held a committed night: its ``_SUCCESS``, or
+    tables and no staging folder. A night that failed before or during its commit
+    leaves only ``_staging`` (and, killed inside the commit, tables beside it)."""
+    try:
+        names = set(_names(loc.filesystem(), loc.path))
+    except FileNotFoundError:
+        return False
+    except storage_errors() as err:
+        raise storage_error(err, loc.url) from err
+    return SUCCESS in names or (STAGING not in names and bool(names))
+
+
+def _way_out(day: date, older: date | None) -> str:
+    pick = (f"--baseline {older.isoformat()} to start from the newest intact partition, "
+            "or " if older else "")
+    return (f"run again with {pick}--rebaseline to start over from nothing (recorded as a "
+            f"rebaseline in the {day.isoformat()} summary; no history break made meanwhile "
+            "can then be reported)")
+
+
+def latest_partition(out: Location, day: date) -> Location | None:
+    """The newest committed partition on or before ``day`` (a manifest is its commit).
+
+    Folders of nights that failed before their commit are passed over.
+
+    Raises
+    ------
+    BaselineError
+        The newest night that was committed lost its manifest, or its manifest is
+        unreadable: the checkpoints it held are gone, and reading everything as a first
+        night would report no history break made since. The message names the way out.
+    """
+    days = _partition_days(out, day)
+    for n, when in enumerate(days):
+        loc = partition(out, when)
+        try:
+            if _manifest(loc) is not None:
                 return loc
+            if not _was_committed(loc):
+                continue
+            problem = f"{loc.url}: committed, but its {MANIFEST} is gone"
+        except BaselineError as err:
+            problem = str(err)
+        intact = next((d for d in days[n + 1:] if _intact(partition(out, d))), None)
+        raise BaselineError(f"baseline {problem}; refusing to run as a first night, which "
+                            f"would hide any history break since: {_way_out(day, intact)}")
     return None
 
 
+def _way_out_before(out: Location, day: date, baseline: Location | None) -> str:
+    """The way out of a baseline found unreadable: an intact partition older than it."""
+    older = next((d for d in _partition_days(out, day)
+                  if baseline is not None and partition(out, d).url < baseline.url
+                  and _intact(partition(out, d))), None)
+    return _way_out(day, older)
+
+
+def _intact(loc: Location) -> bool:
+    try:
+        return _manifest(loc) is not None
+    except BaselineError:
+        return False
+
+
+def chosen_partition(out: Location, day: date, baseline_day: date) -> Location:
+    """The partition ``--baseline DATE`` names, which must be committed and readable.
+
+    Raises
+    ------
+    BaselineError, UsageError
+        It is not there, not committed or unreadable; it is after ``day``.
+    """
+    if baseline_day > day:
+        raise UsageError(f"--baseline {baseline_day.isoformat()} is after the night's date "
+                         f"{day.isoformat()}")
+    loc = partition(out, baseline_day)
+    if _manifest(loc) is None:
+        raise BaselineError(f"--baseline {baseline_day.isoformat()}: {loc.url} is not a "
+                            "committed partition")
+    return loc
+
+
 def options_fingerprint(options: ReplayOptions) -> str:
-    """What the carried rows depend on: rule set, catalog, planner, compaction profile.
+    """What the carried rows depend on: rule set, catalog, planner, compaction profile,
+    and the output tables' columns (:func:`pipeline.io.tables.schemas_digest`).
 
     A change of any of them makes every session's replay rows stale, so the run reads
     everything again (the checkpoints still catch rewritten history).
@@ -71,7 +190,7 @@ def options_fingerprint(options: ReplayOptions) -> str:
     text = json.dumps({
         "rules": options.rules, "catalog": options.catalog.version,
         "catalog_rules": [dataclasses.astuple(r) for r in options.catalog.rules],
-        "planner": options.planner, "scope": options.scope,
+        "planner": options.planner, "scope": options.scope, "tables": schemas_digest(),
         "compaction": None if compaction is None else [
             compaction.window, compaction.model, compaction.scale, compaction.summary_tokens,
             compaction.summariser.name, compaction.summariser.version],
@@ -88,33 +207,55 @@ class NightlySummary:
     baseline: str | None
     changes: Counter[str] = dataclasses.field(default_factory=Counter)
     bytes_read: int = 0
+    #: ``--rebaseline``: started from nothing on purpose, earlier partitions ignored.
+    rebaseline: bool = False
+    #: ``--baseline DATE``: the baseline was named, not the newest partition.
+    baseline_pinned: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (``summary.json``)."""
         return {"run_id": self.run.run_id, "bytes_read": self.bytes_read, **self.run.as_dict(),
+                "sessions_unread": len(self.run.unread),
+                "rebaseline": self.rebaseline, "baseline_pinned": self.baseline_pinned,
                 "changes": dict(sorted(self.changes.items()))}
 
 
-def _checkpoints(baseline: Location | None) -> dict[str, Checkpoint]:
+def _from_baseline(baseline: Location, dataset: str, way_out: Callable[[], str]) -> pa.Table:
+    """A dataset of the baseline; one that cannot be read whole is a :class:`BaselineError`
+    (a storage failure stays one: the night can simply be run again)."""
+    try:
+        return read_dataset(baseline, dataset)
+    except (FileNotFoundError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
+        # A part file gone, or bytes that are not its table: the rows are lost.
+        raise BaselineError(
+            f"baseline {baseline.url}: its {dataset} table is unreadable "
+            f"({printable(f'{type(err).__name__}: {err}', 160)}); {way_out()}") from err
+    except storage_errors() as err:
+        raise storage_error(err, baseline.url) from err
+
+
+def _checkpoints(baseline: Location | None,
+                 way_out: Callable[[], str]) -> dict[str, Checkpoint]:
     if baseline is None:
         return {}
+    table = _from_baseline(baseline, "checkpoints", way_out)
     try:
-        table = read_dataset(baseline, "checkpoints")
-    except FileNotFoundError:
-        return {}
-    return {row["session_path"]: Checkpoint.from_row(row) for row in table.to_pylist()}
+        return {row["session_path"]: Checkpoint.from_row(row) for row in table.to_pylist()}
+    except (KeyError, TypeError) as err:
+        raise BaselineError(f"baseline {baseline.url}: its checkpoints table is not one "
+                            f"({err!r}); {way_out()}") from err
 
 
 def _carry(staged: StagedRun, baseline: Location, paths: set[str],
-           missing: list[Checkpoint], run: RunSummary) -> None:
+           missing: list[Checkpoint], run: RunSummary, way_out: Callable[[], str]) -> None:
     """Stage the baseline's rows of ``paths`` and the rows of missing sessions; count
     both into ``run``."""
-    manifest = read_manifest(baseline) or {"datasets": {}}
+    manifest = _manifest(baseline) or {"datasets": {}}
     keep = pa.array(sorted(paths), pa.string())
     for offset, name in enumerate(sorted(staged.schemas)):
         if name not in manifest["datasets"] or not paths:
             continue
-        table = read_dataset(baseline, name)
+        table = _from_baseline(baseline, name, way_out)
         table = table.filter(pc.is_in(table["session_path"], value_set=keep))
         staged.write_part(name, _CARRIED_PART + offset, table)
         if name == "integrity/sessions":
@@ -146,24 +287,44 @@ def run_nightly(
     scheduler: str | None = None,
     workers: int | None = None,
     progress: bool | None = None,
+    baseline_day: date | None = None,
+    rebaseline: bool = False,
 ) -> NightlySummary:
     """Audit and replay what changed under ``root`` since the last night; commit the
     whole archive's tables into ``out``'s partition for ``day`` (default today, UTC).
+
+    The baseline is the newest committed partition on or before ``day``;
+    ``baseline_day`` (``--baseline``) names another, ``rebaseline`` (``--rebaseline``)
+    starts from none, recorded as such in the summary.
 
     Returns
     -------
     NightlySummary
         The run's counts, what changed (``new``, ``unchanged``, ``changed``,
         ``missing``, ``history_truncated``, ``history_rewritten``) and the bytes read.
+
+    Raises
+    ------
+    BaselineError
+        The baseline lost its manifest, or it or its checkpoints are unreadable (and
+        neither ``baseline_day`` nor ``rebaseline`` says what to do instead).
     """
     day = day or datetime.now(UTC).date()
+    if rebaseline and baseline_day is not None:
+        raise UsageError("--baseline and --rebaseline: give one")
     target = partition(out, day)
     in_process = check_locations(root, out, scheduler)
-    baseline = latest_partition(out, day)
-    previous = _checkpoints(baseline)
+    if rebaseline:
+        baseline = None
+    elif baseline_day is not None:
+        baseline = chosen_partition(out, day, baseline_day)
+    else:
+        baseline = latest_partition(out, day)
+    way_out = functools.partial(_way_out_before, out, day, baseline)
+    previous = _checkpoints(baseline, way_out)
     fingerprint = options_fingerprint(options)
     same_options = baseline is not None and \
-        (read_manifest(baseline) or {}).get("options") == fingerprint
+        (_manifest(baseline) or {}).get("options") == fingerprint
     listing = enumerate_sessions(root)
     to_read, unchanged = [], set()
     changes: Counter[str] = Counter()
@@ -184,15 +345,16 @@ def run_nightly(
                      listing.total_bytes, listing.skipped)
     run.manifest_extra = {"options": fingerprint, "date": day.isoformat(),
                           "baseline": baseline.url if baseline else None,
+                          "rebaseline": rebaseline, "baseline_pinned": baseline_day is not None,
                           "changes": changes}
     summary = NightlySummary(run, day, baseline.url if baseline else None, changes,
-                             sum(o.size for o in to_read))
+                             sum(o.size for o in to_read), rebaseline, baseline_day is not None)
 
     def before_commit(staged: StagedRun) -> None:
         for code in ("history_truncated", "history_rewritten"):
             changes[code] = run.codes[code]
         if baseline is not None:
-            _carry(staged, baseline, unchanged, missing, run)
+            _carry(staged, baseline, unchanged, missing, run, way_out)
 
     execute_run(root, target, Listing(to_read, listing.skipped, listing.skipped_examples),
                 run, scheduler=scheduler, workers=workers, progress=progress,

@@ -438,8 +438,12 @@ def execute_run(
                **(COMPACTION_DATASETS if replay is not None and replay.compaction else {}),
                **({"checkpoints": CHECKPOINTS_SCHEMA} if previous is not None else {})}
     staged = StagedRun(out, summary.run_id, schemas)
+    write_archive = replay is not None and replay.compaction is not None and replay.write_archive
+    # Before any task: a corrupt previous manifest, a link under OUT or a path of the
+    # commit resolving into the archive stops the run here, with nothing written.
+    staged.preflight(root, (ARCHIVE,) if write_archive else ())
     summary.skipped_examples = summary.skipped_examples or listing.skipped_examples
-    if replay is not None and replay.compaction is not None and replay.write_archive:
+    if replay is not None and write_archive:
         # Workers write the compacted copies into this run's staging folder; the commit
         # publishes them under OUT/archive with the rest, or not at all.
         replay = dataclasses.replace(

@@ -21,6 +21,7 @@ from pipeline.io.storage import (
     MAX_LINE_BYTES,
     Location,
     SessionObject,
+    endpoint_unreachable,
     open_lines,
     refresh_object,
     storage_errors,
@@ -28,6 +29,7 @@ from pipeline.io.storage import (
 from pipeline.io.tables import findings_table, sessions_table, subagents_table, usage_table
 from pipeline.layout import SessionKey
 from pipeline.reader import MAX_DETAIL_CHARS
+from pipeline.redact import quote
 from pipeline.types import Code, Finding
 
 
@@ -57,6 +59,49 @@ NOT_READ_CODES = frozenset({Code.UNREADABLE_OBJECT.text, Code.CHANGED_DURING_AUD
 #: cancelled task) are never caught at all.
 UNCONTAINED: tuple[type[BaseException], ...] = (PipelineError, MemoryError)
 
+#: Objects in a row of one task's batch whose read could not connect to the storage
+#: endpoint at all (refused, connect timeout, unknown host; see
+#: :func:`~pipeline.io.storage.endpoint_unreachable`) after which the task stops trying:
+#: the rest of its batch is reported not read without a request. Each failed object
+#: costs the whole retry budget (seconds to tens of seconds with the S3 defaults), so a
+#: dead endpoint used to hold a run for minutes per batch; three in a row tell a dead
+#: endpoint from a flaky one (any answer, even an error, starts the count again).
+MAX_CONNECTION_FAILURES = 3
+
+
+@dataclass
+class EndpointWatch:
+    """Counts the objects in a row of one task's batch that could not reach the storage
+    endpoint (:data:`MAX_CONNECTION_FAILURES`)."""
+
+    limit: int = MAX_CONNECTION_FAILURES
+    failures: int = 0
+    #: The last such failure, quoted in the findings of the objects not attempted.
+    last: str = ""
+
+    def saw(self, err: BaseException | None) -> None:
+        """Count one object's outcome: ``err``, the storage error its read ended with,
+        or ``None`` when the endpoint answered (the object read or not)."""
+        if err is not None and endpoint_unreachable(err):
+            self.failures += 1
+            self.last = _error_text(err)
+        else:
+            self.failures = 0
+
+    @property
+    def dead(self) -> bool:
+        """Whether the endpoint is taken for dead: the batch's next objects are skipped."""
+        return self.failures >= self.limit
+
+
+def not_attempted(obj: SessionObject, watch: EndpointWatch) -> SessionAudit:
+    """The audit of an object a task did not try to read, its storage endpoint
+    unreachable (:class:`EndpointWatch`): ``unreadable_object``, no figures."""
+    detail = (f"not read: the storage endpoint was unreachable ({watch.failures} objects in "
+              f"a row before it could not connect; last: {watch.last})")
+    return not_audited(obj.key, obj.size, Finding(Code.UNREADABLE_OBJECT, None, None,
+                                                  quote(detail, MAX_DETAIL_CHARS)))
+
 
 def unreadable(obj: SessionObject, err: BaseException) -> SessionAudit:
     """The audit of an object that could not be read: one error finding, no figures."""
@@ -79,7 +124,7 @@ def failed(obj: SessionObject, err: Exception) -> SessionAudit:
 
 
 def _error_text(err: BaseException) -> str:
-    return f"{type(err).__name__}: {err}".splitlines()[0][:MAX_DETAIL_CHARS]
+    return quote(f"{type(err).__name__}: {err}".splitlines()[0], MAX_DETAIL_CHARS)
 
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -98,11 +143,12 @@ def _failure_text(err: BaseException) -> str:
                 if path.is_relative_to(_PACKAGE) else path.name)
         where = f" at {name}:{frame.lineno} ({frame.name})"
     message = str(err).splitlines()[0] if str(err) else ""
-    return f"{type(err).__name__}{where}: {message}"[:MAX_DETAIL_CHARS]
+    return quote(f"{type(err).__name__}{where}: {message}", MAX_DETAIL_CHARS)
 
 
 def read_consistently(root: Location, obj: SessionObject,
-                      read: Callable[[SessionObject], SessionAudit]) -> tuple[SessionAudit, bool]:
+                      read: Callable[[SessionObject], SessionAudit],
+                      watch: EndpointWatch | None = None) -> tuple[SessionAudit, bool]:
     """``read(obj)``, the audit of one version of the object; whether it was read.
 
     ``read`` audits the version it is given and raises
@@ -113,9 +159,10 @@ def read_consistently(root: Location, obj: SessionObject,
     object: the next run audits it). A storage error, on either read or on the
     look-up, makes it ``unreadable_object``; any other exception of ``read`` (a bug)
     ``audit_failed`` (but those of :data:`UNCONTAINED`, which propagate). Those
-    findings come with no figures and ``False``.
+    findings come with no figures and ``False``. ``watch`` counts the reads that could
+    not reach the endpoint (:class:`EndpointWatch`).
     """
-    first = _read_once(lambda: read(obj), obj)
+    first = _read_once(lambda: read(obj), obj, watch)
     if not isinstance(first, ObjectChangedError):
         return first
 
@@ -124,24 +171,31 @@ def read_consistently(root: Location, obj: SessionObject,
         obj = refresh_object(root, obj)
         return read(obj)
 
-    second = _read_once(again, obj)
+    second = _read_once(again, obj, watch)
     return (changed(obj, second), False) if isinstance(second, ObjectChangedError) else second
 
 
-def _read_once(attempt: Callable[[], SessionAudit],
-               obj: SessionObject) -> tuple[SessionAudit, bool] | ObjectChangedError:
+def _read_once(attempt: Callable[[], SessionAudit], obj: SessionObject,
+               watch: EndpointWatch | None = None
+               ) -> tuple[SessionAudit, bool] | ObjectChangedError:
     """One read of :func:`read_consistently`, its failures as findings (the change of
-    the object under it returned, for the caller to decide)."""
+    the object under it returned, for the caller to decide); ``watch`` sees whether it
+    reached the endpoint."""
+    failure: BaseException | None = None
     try:
         return attempt(), True
     except ObjectChangedError as err:
         return err
     except storage_errors() as err:
+        failure = err
         return unreadable(obj, err), False
     except UNCONTAINED:
         raise
     except Exception as err:
         return failed(obj, err), False
+    finally:
+        if watch is not None:
+            watch.saw(failure)
 
 
 def not_audited(key: SessionKey, size: int, finding: Finding) -> SessionAudit:
@@ -153,18 +207,20 @@ def not_audited(key: SessionKey, size: int, finding: Finding) -> SessionAudit:
 
 
 def audit_object(root: Location, obj: SessionObject,
-                 max_line_bytes: int = MAX_LINE_BYTES) -> SessionAudit:
+                 max_line_bytes: int = MAX_LINE_BYTES,
+                 watch: EndpointWatch | None = None) -> SessionAudit:
     """Audit one session object, streaming it; a read failure becomes a finding, a line
     over ``max_line_bytes`` a line that is not a valid entry, an object that changed
     under the read is read once more, an audit that raises is ``audit_failed`` (see
-    :func:`read_consistently`)."""
+    :func:`read_consistently`; ``watch`` counts the reads that could not reach the
+    endpoint)."""
     def read(version: SessionObject) -> SessionAudit:
         with open_lines(root, version, max_line_bytes=max_line_bytes) as lines:
             result = audit_session(version.key, lines, size=version.size)
         result.row["etag"] = version.etag
         return result
 
-    return read_consistently(root, obj, read)[0]
+    return read_consistently(root, obj, read, watch)[0]
 
 
 def audit_batch(root: Location, index: int, batch: list[SessionObject],
@@ -181,9 +237,17 @@ def audit_batch(root: Location, index: int, batch: list[SessionObject],
         The sessions to audit, in path order.
     max_line_bytes:
         The longest line read (``--max-line-bytes``).
+
+    Once :data:`MAX_CONNECTION_FAILURES` objects in a row could not reach the storage
+    endpoint, the rest of the batch is reported not read without a request
+    (:func:`not_attempted`): a dead endpoint ends the task in bounded time.
     """
-    return audit_batch_result(index, batch,
-                              [audit_object(root, obj, max_line_bytes) for obj in batch])
+    watch = EndpointWatch()
+    audits = []
+    for obj in batch:
+        audits.append(not_attempted(obj, watch) if watch.dead
+                      else audit_object(root, obj, max_line_bytes, watch))
+    return audit_batch_result(index, batch, audits)
 
 
 def audit_batch_result(index: int, batch: list[SessionObject],

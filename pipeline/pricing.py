@@ -1,12 +1,21 @@
-"""What a model request costs: a versioned price table and the pricing of token usage.
-Pure but for the price file read in :func:`load_prices`.
+"""What a model request costs: layered price tables and the pricing of token usage.
+Pure but for the price files read in :func:`load_prices`.
 
-The table (``pipeline/data/prices.toml``) has the model catalog's shape and shares its
-loader and pattern matching (:func:`pipeline.catalog.load_rule_file`): ordered
-``[[model]]`` rules, the first whose ``provider`` and ``pattern`` match wins, a user's
-file is tried first. Amounts are exact :class:`~decimal.Decimal` US dollars, so sums
-over a fleet do not drift; convert to float only when writing a table. The rules are
-in ``docs/cost-rules.md``.
+The prices come in layers, the first that knows a model wins (:class:`LayeredPriceTable`):
+
+1. a user's ``--prices`` file;
+2. vakpipe's own rules (``pipeline/data/prices.toml``): only where genai-prices does not
+   know a model or gets its rates wrong;
+3. genai-prices (Pydantic's maintained price data, :class:`GenaiPriceTable`), read from
+   the snapshot inside the installed package: never updated, nothing fetched.
+
+The TOML files have the model catalog's shape and share its loader and pattern matching
+(:func:`pipeline.catalog.load_rule_file`): ordered ``[[model]]`` rules, the first whose
+``provider`` and ``pattern`` match wins. Every layer hands back the same :class:`Price`
+(rates per token kind in the ledger's convention, an optional long-context tier), so
+:func:`price` is the one place amounts are computed. Amounts are exact
+:class:`~decimal.Decimal` US dollars, so sums over a fleet do not drift; convert to float
+only when writing a table. The rules are in ``docs/cost-rules.md``.
 """
 
 from __future__ import annotations
@@ -14,10 +23,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime, time
 from decimal import Context, Decimal
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # imported when a table is built: a second of import the audit never needs
+    from genai_prices.types import ModelPrice, Provider
 
 from pipeline.audit import Usage, input_and_output, usage_of
 from pipeline.catalog import load_rule_file, name_matches
@@ -116,6 +128,148 @@ class TomlPriceTable:
         if len(self._memo) < _MEMO_MAX:  # model names are archive data: bound the memo
             self._memo[key] = found
         return found
+
+
+#: genai-prices' names of the per-million-token prices a ledger's four (five) counts take.
+_GENAI_KEYS = {"input": "input_mtok", "output": "output_mtok", "cache_read": "cache_read_mtok",
+               "cache_write": "cache_write_mtok", "cache_write_1h": "cache_write_1h_mtok"}
+#: Per-million-token prices of other media: a ledger's tokens are text, so they never apply.
+_OTHER_MEDIA = ("audio", "image", "video")
+
+
+def _genai_rule(provider: str, model: str, prices: ModelPrice) -> Price | None:
+    """One genai-prices price set as a :class:`Price`; ``None`` when it cannot be one.
+
+    genai-prices counts input the OpenTelemetry way (``input_tokens`` includes cache reads
+    and writes) and prices what is left of it after the cache parts at ``input_mtok``;
+    the ledger's ``input`` is that rest already, so the rates carry over as they are: an
+    absent cache rate is the input rate, an absent one-hour write rate the write rate, in
+    both. Its tiers are judged on that inclusive input, our ``prompt``, strictly above
+    ``start``, for the whole request: our :class:`Tier`. What a :class:`Price` cannot say
+    gives ``None`` (reported as an unknown model, never mispriced): several tiers or
+    thresholds, a text token price split further (reasoning, citations, text vs other
+    media), a per-request fee. Tool fees (web search) are not modelled, as in the TOML.
+    """
+    from genai_prices.types import TieredPrices
+
+    stated: dict[str, Any] = {k: getattr(prices, key) for k, key in _GENAI_KEYS.items()}
+    if stated["input"] is None or stated["output"] is None:
+        return None
+    for key, value in vars(prices).items():
+        if value is None or key.startswith("_") or key in _GENAI_KEYS.values():
+            continue
+        if key == "requests_kcount" or (key.endswith("_mtok") and not any(
+                m in key for m in _OTHER_MEDIA)):
+            return None
+    tiers = [v.tiers for v in stated.values() if isinstance(v, TieredPrices) and v.tiers]
+    starts = {tuple(t.start for t in ts) for ts in tiers}
+    if len(starts) > 1 or any(len(s) != 1 for s in starts):
+        return None
+
+    def rates(tiered: bool) -> Rates:
+        def pick(kind: str) -> Decimal | None:
+            v = stated[kind]
+            if isinstance(v, TieredPrices):
+                return v.tiers[0].price if tiered and v.tiers else v.base
+            return None if v is None else Decimal(v)
+
+        inp, out = pick("input"), pick("output")
+        assert inp is not None and out is not None
+        read, write = pick("cache_read"), pick("cache_write")
+        return Rates(inp, out, inp if read is None else read, inp if write is None else write,
+                     pick("cache_write_1h"))
+
+    tier = Tier(next(iter(starts))[0], rates(True)) if starts else None
+    return Price(provider, model, rates(False), tier)
+
+
+@dataclass(frozen=True)
+class GenaiPriceTable:
+    """Prices from genai-prices' bundled data, as in force on ``as_of``.
+
+    Offline and pinned: the snapshot inside the installed package is read directly,
+    never the process-wide one genai-prices' ``UpdatePrices`` may replace, and nothing is
+    fetched. Its prices are dated; those in force on ``as_of`` (00:00 UTC) price every
+    request, whatever its own date (as the TOML's list prices do).
+    """
+
+    as_of: date
+    version: str
+    _providers: list[Provider] = field(compare=False, repr=False)
+    _memo: dict[tuple[str, str], Price | None] = field(
+        default_factory=dict, compare=False, repr=False)
+
+    @property
+    def source(self) -> str:
+        """What the prices are, for a report."""
+        return f"genai-prices {self.version} (bundled data, prices in force on {self.as_of})"
+
+    def lookup(self, provider: str | None, model: str | None) -> Price | None:
+        """genai-prices' price of ``model`` from ``provider`` (or the providers it resells).
+
+        Parameters
+        ----------
+        provider : str or None
+            The ledger's provider, matched case-insensitively to genai-prices' provider
+            ids. Without one, nothing matches: the same model name is sold at other
+            prices elsewhere (the TOML's rule too).
+        model : str or None
+            The model name, matched case-insensitively by genai-prices' own rules.
+
+        Returns
+        -------
+        Price or None
+            ``None`` for an unknown provider or model, or prices a :class:`Price` cannot
+            hold (:func:`_genai_rule`).
+        """
+        if not provider or not model:
+            return None
+        key = (provider, model)
+        if key in self._memo:
+            return self._memo[key]
+        found = self._find(provider, model)
+        if len(self._memo) < _MEMO_MAX:  # model names are archive data: bound the memo
+            self._memo[key] = found
+        return found
+
+    def _find(self, provider: str, model: str) -> Price | None:
+        from genai_prices.data_snapshot import find_provider_by_id
+        from genai_prices.types import StartDateConstraint
+
+        seller = find_provider_by_id(self._providers, provider)
+        info = None if seller is None else seller.find_model(
+            model, all_providers=self._providers)
+        if seller is None or info is None:
+            return None
+        if not isinstance(info.prices, list):
+            prices = info.prices
+        elif any(c.constraint is not None and not isinstance(c.constraint, StartDateConstraint)
+                 for c in info.prices):
+            return None  # time-of-day prices: a request's hour is not in the ledger
+        else:
+            prices = info.get_prices(datetime.combine(self.as_of, time(), UTC))
+        return _genai_rule(seller.id, info.id, prices)
+
+
+@dataclass(frozen=True)
+class LayeredPriceTable:
+    """Price tables tried in order: the first that knows a model prices it."""
+
+    layers: tuple[PriceTable, ...]
+    #: ``<vakpipe overrides' version>+genai-prices-<version>[+<user file name>]``
+    version: str = ""
+    as_of: date | None = None
+    #: The layers as a report names them, the most general first.
+    source: str = ""
+
+    def lookup(self, provider: str | None, model: str | None) -> Price | None:
+        """The first layer's rule for ``model`` served by ``provider``; ``None`` when no
+        layer knows it."""
+        for layer in self.layers:
+            found = layer.lookup(provider, model)
+            if found is not None:
+                return found
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,8 +449,8 @@ def _price_rule(entry: Mapping[str, Any]) -> Price:
     return Price(_name(entry, "provider"), _name(entry, "pattern"), base, tier)
 
 
-def load_prices(override: str | Path | None = None) -> TomlPriceTable:
-    """The shipped price table, with the rules of ``override`` (a TOML file) tried first.
+def load_toml_prices(override: str | Path | None = None) -> TomlPriceTable:
+    """vakpipe's own rules (``prices.toml``), with the rules of ``override`` tried first.
 
     Parameters
     ----------
@@ -320,3 +474,55 @@ def load_prices(override: str | Path | None = None) -> TomlPriceTable:
     if not isinstance(as_of, date) or isinstance(as_of, datetime):
         raise UsageError(f"prices.toml: key 'as_of' must be a date (YYYY-MM-DD), got {as_of!r}")
     return TomlPriceTable(loaded.rules, loaded.version, as_of)
+
+
+def load_genai_prices(as_of: date) -> GenaiPriceTable:
+    """genai-prices' bundled price data, as in force on ``as_of``.
+
+    Raises
+    ------
+    UsageError
+        genai-prices is not installed.
+    """
+    try:
+        from genai_prices import __version__
+        from genai_prices.data import providers
+    except ImportError as err:
+        raise UsageError("the price data needs genai-prices: pip install 'genai-prices>=0.2.3'"
+                         ) from err
+    return GenaiPriceTable(as_of, __version__, providers)
+
+
+def load_prices(override: str | Path | None = None) -> LayeredPriceTable:
+    """The price table a report uses: ``override``'s rules, then vakpipe's, then
+    genai-prices' (as in force on ``prices.toml``'s ``as_of``).
+
+    Parameters
+    ----------
+    override : str or Path or None
+        A user's price file (the shape of ``prices.toml``; its ``version`` and ``as_of``
+        are not read).
+
+    Returns
+    -------
+    LayeredPriceTable
+        The layers, a version (``<prices.toml version>+genai-prices-<version>``, then
+        ``+<file name>`` with an override), the ``as_of`` date and the source a report
+        prints.
+
+    Raises
+    ------
+    UsageError
+        A file cannot be read, or a key is missing or invalid (the message names the
+        file, the ``[[model]]`` entry and the key); genai-prices is not installed.
+    """
+    own = load_toml_prices(override)
+    assert own.as_of is not None  # load_toml_prices checked it
+    genai = load_genai_prices(own.as_of)
+    shipped = own.version.split("+", 1)[0]
+    version = f"{shipped}+genai-prices-{genai.version}"
+    source = f"{genai.source} + vakpipe overrides {shipped}"
+    if override is not None:
+        version += f"+{Path(override).name}"
+        source += f" + your {Path(override).name}"
+    return LayeredPriceTable((own, genai), version, own.as_of, source)

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from pipeline.types import as_dict, dicts
+
 #: Tools whose result is a presentation card: in Full their result becomes a short ack.
 CARD_TOOL_PREFIX = "emit_"
 _LINK_KEYS = ("title", "url")
@@ -118,25 +120,25 @@ def card_line(n: int, card: dict[str, Any] | None, *, asked: str, tools: Sequenc
     ``#<n> asked: <asked> → did: web×2, x → <semantic_type> "<title>" [pres:<id>; ev:a,b]``,
     or ``"<first 12 words…>"`` of the narration when no card was shown.
     """
-    card = card or {}
+    # Every card field through the typed accessors: a field of another type is absent.
+    card = as_dict(card)
     asked = str(card.get("asked") or asked)
-    did = card.get("did")
-    names = [str(d.get("tool", "?")) for d in did if isinstance(d, dict)] if isinstance(did, list) \
-        else list(tools)
+    did_raw = card.get("did")
+    did = dicts(did_raw)
+    names = [str(d.get("tool", "?")) for d in did] if type(did_raw) is list else list(tools)
     counts: dict[str, int] = {}
     for name in names:
         counts[name] = counts.get(name, 0) + 1
     did_text = ", ".join(f"{k}×{v}" if v > 1 else k for k, v in counts.items()) or "nothing"
-    answered = card.get("answered") if isinstance(card.get("answered"), dict) else {}
-    presentations = [p for p in (answered or {}).get("presentations") or [] if isinstance(p, dict)]
-    evidence = [str(d.get("evidence_id")) for d in did or [] if isinstance(d, dict)
-                and d.get("evidence_id")] if isinstance(did, list) else []
+    answered = as_dict(card.get("answered"))
+    presentations = dicts(answered.get("presentations"))
+    evidence = [str(d.get("evidence_id")) for d in did if d.get("evidence_id")]
     if presentations:
         p = presentations[-1]
         shown = f"{p.get('semantic_type', '?')} \"{p.get('title', '')}\""
         refs = f"pres:{p.get('id', '?')}"
     else:
-        words = str((answered or {}).get("narration") or narration).split()
+        words = str(answered.get("narration") or narration).split()
         shown = '"' + " ".join(words[:12]) + ("…" if len(words) > 12 else "") + '"'
         refs = ""
     if evidence:

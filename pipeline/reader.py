@@ -18,7 +18,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, NamedTuple, TypeGuard
 
@@ -59,6 +59,12 @@ _ENTRY_START = re.compile(rb'\{"id":"[^"\\]*","parent_id":(?:null|"[^"\\]*"),"ts
 MAX_MERGE_PROBES = 64
 #: Findings quote at most this much of anything taken from the input.
 MAX_DETAIL_CHARS = 200
+#: A run of consecutive lines that are not valid entries is reported line by line up to
+#: this many; the rest of the run as one finding (its first line, how many, where it
+#: ends), so a run costs the same memory and output whatever its length.
+MAX_LISTED_BAD_LINES = 10
+#: The detail of a blank line.
+BLANK_LINE = "blank line: not a JSON object"
 
 
 class Entry(NamedTuple):
@@ -283,8 +289,9 @@ def _parse_slow(body: bytes, line: int, obj: dict[str, Any]) -> tuple[Entry | No
     return None, False, "envelope: kind missing or not a string"
 
 
-def _recover_merged(body: bytes, line: int) -> list[tuple[Entry, bool]]:
-    """Recover the complete entries of a torn line (vak's torn merge).
+def _recover_merged(body: bytes, line: int) -> tuple[list[tuple[Entry, bool]], int]:
+    """Recover the complete entries of a torn line (vak's torn merge), and where the
+    bytes before them end (0 when none are left over).
 
     The complete entry is the earliest suffix that parses. When the part before it is
     itself a complete entry, the crash cut only the newline between two appends
@@ -297,9 +304,130 @@ def _recover_merged(body: bytes, line: int) -> list[tuple[Entry, bool]]:
         if entry is not None:
             first, first_dup, _ = parse_entry(body[: match.start()], line)
             if first is not None and entry.prev_hash == first.digest:
-                return [(first, first_dup), (entry, dup)]
-            return [(entry, dup)]
-    return []
+                return [(first, first_dup), (entry, dup)], 0
+            return [(entry, dup)], match.start()
+    return [], 0
+
+
+#: How every line vak writes starts (serde's field order, compact): a torn fragment, the
+#: start of an append cut short, starts so too, or is a shorter piece of it.
+_LINE_START = b'{"id":"'
+_BOM = b"\xef\xbb\xbf"
+
+
+def foreign_prefix(fragment: bytes) -> str | None:
+    """Why the bytes before an entry recovered from inside a line cannot be a torn
+    fragment vak left (``None`` when they can).
+
+    vak's torn merge leaves the *start* of an append before the next one, so a fragment
+    starts like every line vak writes. Anything else there (a byte order mark an editor
+    added, text) was put there after the line was written: the stored bytes changed,
+    which spec 2.1 calls ``damaged_entry``.
+    """
+    head = fragment[:len(_LINE_START)]
+    if _LINE_START.startswith(head):
+        return None
+    what = ("a UTF-8 byte order mark" if fragment.startswith(_BOM)
+            else f"{len(fragment):,} bytes that do not start like any line vak writes")
+    return (f"{what} before the entry: the line was changed after it was written "
+            "(no torn fragment); the entry after them recovered")
+
+
+class _Roles(dict[str, Any]):
+    """A dict that remembers every value of its ``role`` keys (duplicates included)."""
+
+    roles: list[Any]
+
+
+def _roles_hook(pairs: list[tuple[str, Any]]) -> _Roles:
+    d = _Roles(pairs)
+    d.roles = [v for k, v in pairs if k == "role"]
+    return d
+
+
+def duplicate_role(body: bytes, entry: Entry) -> Finding | None:
+    """``duplicate_key`` when the ``message`` object of a message line holds two
+    ``role`` keys of different values, else ``None``.
+
+    vak writes one; JSON readers disagree on which of two wins (orjson, like Python's
+    and JavaScript's, keeps the last; serde refuses the line), so the message's role,
+    which decides whether it is a request or a turn, is in doubt. Read as the last.
+    """
+    try:
+        top = json.loads(body, object_pairs_hook=_roles_hook)
+    except (ValueError, RecursionError):
+        return None
+    roles = getattr(top.get("message") if isinstance(top, dict) else None, "roles", [])
+    if len(roles) < 2 or all(r == roles[0] for r in roles):
+        return None
+    shown = ", ".join(r if r in ("user", "assistant") else "another value" for r in roles)
+    return Finding(Code.DUPLICATE_KEY, entry.line, entry.id,
+                   f'message has {len(roles)} "role" keys of different values ({shown}); '
+                   "read as the last, as JSON readers mostly do")
+
+
+#: A ``role`` key as vak writes it (compact), and the values it writes after it.
+_ROLE_KEY = b'"role":'
+_ROLE_VALUES = {"user": b'"user"', "assistant": b'"assistant"'}
+
+
+def _role_in_doubt(body: bytes, entry: Entry) -> bool:
+    """Whether a message line's first ``role`` key disagrees with the role read (the
+    last one): only then is the line parsed again for duplicates (:func:`duplicate_role`).
+
+    vak writes the message right after the envelope, ``role`` first, so the first
+    ``"role":`` is a few hundred bytes in: one short search per message line, where
+    counting the key over the whole line cost ~6% of the read.
+    """
+    at = body.find(_ROLE_KEY)
+    if at < 0:
+        return False
+    message = entry.data.get("message")
+    role = message.get("role") if type(message) is dict else None
+    wanted = _ROLE_VALUES.get(role) if type(role) is str else None
+    return wanted is None or not body.startswith(wanted, at + len(_ROLE_KEY))
+
+
+@dataclass(slots=True)
+class _BadRun:
+    """Consecutive lines that are not valid entries, waiting for the next valid entry to
+    classify them (they are always consecutive: any valid entry classifies the run
+    before it). The first :data:`MAX_LISTED_BAD_LINES` are kept line by line; of the
+    rest only the first and last, so a run costs O(1) memory however long it is
+    (5 million blank lines are 11 findings, not 5 million)."""
+
+    listed: list[tuple[int, str]] = field(default_factory=list)
+    rest_first: int = 0  # the first line past the listed ones (0: none yet)
+    rest_reason: str = ""
+    last: int = 0
+    last_reason: str = ""
+
+    def add(self, line: int, reason: str) -> None:
+        """Extend the run by the next physical line."""
+        if len(self.listed) < MAX_LISTED_BAD_LINES:
+            self.listed.append((line, reason))
+        elif not self.rest_first:
+            self.rest_first, self.rest_reason = line, reason
+        self.last, self.last_reason = line, reason
+
+    def findings(self, code: Code, until: int | None = None) -> Iterator[Finding]:
+        """The run's findings up to line ``until`` (default: its last): one per listed
+        line, then one for all the others, on the first of them, saying how many."""
+        until = self.last if until is None else until
+        for line, reason in self.listed:
+            if line <= until:
+                yield Finding(code, line, None, reason)
+        first = self.rest_first
+        if not first or first > until:
+            return
+        if first == until:
+            yield Finding(code, first, None, self.rest_reason)
+            return
+        detail = (f"{until - first + 1:,} more consecutive lines ({first}-{until}) are not "
+                  f"valid entries; line {first}: {self.rest_reason}")
+        if until == self.last and self.last_reason != self.rest_reason:
+            detail += f"; line {until}: {self.last_reason}"
+        yield Finding(code, first, None, bounded(detail, MAX_DETAIL_CHARS))
 
 
 @dataclass(slots=True)
@@ -333,56 +461,81 @@ def read_ledger(
         line is yielded once the next valid entry has classified it.
     """
     prev_digest: str | None = None
-    pending: list[tuple[int, str]] = []  # bad lines waiting for the next valid entry
+    pending: _BadRun | None = None  # bad lines waiting for the next valid entry
     number = nbytes = 0
     last_terminated = True
     for number, raw in enumerate(lines, 1):
         nbytes += len(raw)
         last_terminated = raw[-1:] == b"\n"
         body = raw[:-1] if last_terminated else raw
+        if not body and type(raw) is not OversizeLine:
+            # A blank line is not a JSON object (vak skips blank lines when it reads): a
+            # bad line like any other, without the parse and quoted error of one, since a
+            # file may hold millions of them.
+            if pending is None:
+                pending = _BadRun()
+            pending.add(number, BLANK_LINE)
+            continue
         entry, duplicate_kind, reason = parse_entry(body, number)
         if (entry is not None and not pending and not duplicate_kind
                 and entry.prev_hash == prev_digest and prev_digest is not None):
             # The common case, a chained entry after a valid one, without the
             # general path's bookkeeping (this loop runs once per line).
             prev_digest = entry.digest
+            if entry.kind == "message" and _role_in_doubt(body, entry):
+                dup = duplicate_role(body, entry)
+                if dup is not None:
+                    yield dup
             yield entry
             continue
         if entry is not None:
-            found = [(entry, duplicate_kind)]
+            found, start = [(entry, duplicate_kind)], 0
         elif type(raw) is OversizeLine:
             # Never a valid entry (its bytes were not read): classified like any bad line.
             nbytes += raw.size - len(raw)
-            pending.append((number, raw.reason))
+            if pending is None:
+                pending = _BadRun()
+            pending.add(number, raw.reason)
             continue
         else:
-            found = _recover_merged(body, number)
+            found, start = _recover_merged(body, number)
             if not found:
-                pending.append((number, reason))
+                if pending is None:
+                    pending = _BadRun()
+                pending.add(number, reason)
                 continue
-            yield Finding(
-                Code.TORN_MERGE, number, found[-1][0].id,
-                "a torn fragment precedes a complete entry on this line; entry recovered"
-                if len(found) == 1 else
-                "two complete entries share this line (the newline between them was lost); "
-                "both recovered",
-            )
+            foreign = foreign_prefix(body[:start]) if start else None
+            if foreign is not None:
+                # Bytes vak never wrote before the entry (spec 2.1: stored bytes changed).
+                yield Finding(Code.DAMAGED_ENTRY, number, found[-1][0].id, foreign)
+            else:
+                yield Finding(
+                    Code.TORN_MERGE, number, found[-1][0].id,
+                    "a torn fragment precedes a complete entry on this line; entry recovered"
+                    if len(found) == 1 else
+                    "two complete entries share this line (the newline between them was "
+                    "lost); both recovered",
+                )
         for entry, duplicate_kind in found:
+            if entry.kind == "message" and len(found) == 1 and not start \
+                    and _role_in_doubt(body, entry):
+                dup = duplicate_role(body, entry)
+                if dup is not None:
+                    yield dup
             if duplicate_kind:
                 yield Finding(
                     Code.DUPLICATE_KIND_KEY, number, entry.id,
                     "work entry written with two kind keys (vak quirk); event read from the second",
                 )
-            classified = bool(pending)
-            if pending:
+            classified = pending is not None
+            if pending is not None:
                 # Sealed only when the successor *names* the previous valid entry: with no
                 # prev_hash, or no previous valid entry (a bad line before the header),
                 # nothing shows the bad line was a torn write, so it counts as damage.
                 sealed = entry.prev_hash is not None and entry.prev_hash == prev_digest
                 code = Code.TORN_WRITE_RECOVERED if sealed else Code.DAMAGED_ENTRY
-                for bad_line, why in pending:
-                    yield Finding(code, bad_line, None, why)
-                pending.clear()
+                yield from pending.findings(code)
+                pending = None
             if entry.prev_hash is None:
                 if not entry.is_header:
                     yield Finding(
@@ -400,13 +553,12 @@ def read_ledger(
             yield entry
     if stats is not None:
         stats.lines, stats.bytes = number, nbytes
-    if pending:
+    if pending is not None:
         # Nothing valid follows: the last physical line is the torn tail; bad lines
         # before it cannot be classified by a successor, so they count as damaged.
-        *earlier, (last_bad, why) = pending
-        for bad_line, reason in earlier:
-            yield Finding(Code.DAMAGED_ENTRY, bad_line, None, reason)
-        yield Finding(Code.TORN_TAIL, last_bad, None, _detail(f"last line unreadable: {why}"))
+        yield from pending.findings(Code.DAMAGED_ENTRY, pending.last - 1)
+        yield Finding(Code.TORN_TAIL, pending.last, None,
+                      _detail(f"last line unreadable: {pending.last_reason}"))
     elif number and not last_terminated:
         yield Finding(
             Code.TORN_TAIL, number, None,

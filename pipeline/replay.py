@@ -30,7 +30,7 @@ from pipeline.replay_closed import (
 )
 from pipeline.tokens import Tokenizer
 from pipeline.turns import Turn, TurnIndex, is_control
-from pipeline.types import token_count
+from pipeline.types import as_list, token_count
 
 _EMPTY = hashlib.sha256(b"").hexdigest()
 
@@ -186,8 +186,8 @@ class ReplayEngine:
         elif kind == "receipt":
             self._receipt(entry)
         elif kind == "header":
-            contract = entry.data.get("contract") or {}
-            if isinstance(contract, dict):
+            contract = entry.data.get("contract")
+            if type(contract) is dict:
                 self.header_model = _text(contract.get("model"))
                 self.header_provider = _text(contract.get("provider"))
                 caps = contract.get("capabilities")
@@ -350,8 +350,8 @@ class ReplayEngine:
         if not isinstance(plan, dict):
             return
         modes: dict[str, str] = {}
-        for item in plan.get("per_turn") or []:
-            if isinstance(item, list) and len(item) == 2:
+        for item in as_list(plan.get("per_turn")):
+            if type(item) is list and len(item) == 2:
                 modes[str(item[0])] = str(item[1])
         rng = plan.get("packet_range")
         packet = (str(rng[0]), str(rng[1])) if isinstance(rng, list) and len(rng) == 2 else None

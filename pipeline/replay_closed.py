@@ -10,6 +10,15 @@ size, plus one C-level slice, join and hash over the closed turns' 64-character
 digests. Each request then costs O(1) on top: it copies the hash state of its closed
 part and adds its open turn and tail, where hashing the joined parts per request would
 make a session's replay quadratic in its turns.
+
+A rebuild does not hash every closed turn again either: :class:`SealedTurns` keeps the
+hash state of the last closed parts it built (:class:`_Running`), and a rebuild with the
+same prefix, head parts (reset, packet, ``<turns>`` block) and folded turns among those
+already hashed copies it and hashes only the turns closed since. So a session without
+resets, packets or plan changes costs O(1) per new turn, where hashing the joined
+digests per turn made it quadratic (41k turns: 112 s). A change of the head or of the
+folded turns among those hashed rehashes the closed turns once (the digest covers them
+in order after the head).
 """
 
 from __future__ import annotations
@@ -36,6 +45,21 @@ class Plan:
     entry_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """The hash state of a closed part built before, to extend instead of rebuilding."""
+
+    #: (prefix digest, head parts, first closed turn's index, which renderings)
+    key: tuple[Any, ...]
+    folded: tuple[int, ...]  # the folded turn numbers among those hashed
+    pos: int  # digests[:pos] are hashed (but the folded ones and those before ``start``)
+    state: Any  # sha256 over ``prefix|head...|full...|``; never updated in place
+
+
+#: Running states kept per :class:`SealedTurns` (a planner may alternate a few heads).
+MAX_RUNNING = 8
+
+
 @dataclass(slots=True)
 class SealedTurns:
     """Tokens and digests of each closed turn's two renderings, turn 1 first.
@@ -49,6 +73,8 @@ class SealedTurns:
     full_digests: list[str] = field(default_factory=list)
     verbatim_sums: list[int] = field(default_factory=lambda: [0])
     full_sums: list[int] = field(default_factory=lambda: [0])
+    #: The hash states of the last closed parts built, by key (see :class:`_Running`).
+    running: dict[tuple[Any, ...], _Running] = field(default_factory=dict)
 
     def seal(self, verbatim: tuple[int, str], full: tuple[int, str]) -> None:
         """Record the next turn, closed: (tokens, digest) of each rendering."""
@@ -59,8 +85,10 @@ class SealedTurns:
 
     def copy(self) -> SealedTurns:
         """An independent copy (for a forked engine)."""
+        # The running states are shared: they are never updated in place.
         return SealedTurns(list(self.verbatim_digests), list(self.full_digests),
-                           list(self.verbatim_sums), list(self.full_sums))
+                           list(self.verbatim_sums), list(self.full_sums),
+                           dict(self.running))
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +193,48 @@ def closed_part(sealed: SealedTurns, folding: Folding, plan: Plan | None,
         tokens += folding.turns_wrapper[0]
         parts.append(sha_hex(folding.turns_wrapper[1] + "".join(card_digests)))
     folded = sorted({*cards, *packet})
-    pos = start  # the Full turns between folded ones, as slices: no Python per turn
-    for n in folded:
-        parts.extend(digests[pos:n - 1])
-        pos = n
-    parts.extend(digests[pos:end])
-    state = hashlib.sha256("|".join([prefix_digest, *parts, ""]).encode())
+    state = _full_state(sealed, (prefix_digest, tuple(parts), start, plan is None),
+                        digests, folded, start, end)
     return ClosedPart(tokens + full_tokens, max(0, end - start) - len(folded), tuple(cards),
                       tuple(packet), plan.entry_id if plan is not None else "", state)
+
+
+def _full_state(sealed: SealedTurns, key: tuple[Any, ...], digests: list[str],
+                folded: list[int], start: int, end: int) -> Any:
+    """sha256 over ``prefix|head...|`` (in ``key``) and the Full turns' digests
+    ``digests[start:end]`` but the ``folded`` turn numbers, each followed by ``|``.
+
+    Extends the running state of the same ``key`` when the turns it hashed are still
+    Full and folded alike (it then hashes only the turns closed since), else hashes
+    them all; either way it becomes the running state of ``key``.
+    """
+    running = sealed.running.get(key)
+    if running is not None and running.pos <= end:
+        pos = running.pos
+        done = tuple(n for n in folded if n <= pos)  # O(folded): the plan's size
+        if done != running.folded:
+            running = None
+    else:
+        running = None
+    if running is None:
+        pos, done = start, ()
+        state = hashlib.sha256(f"{key[0]}|".encode())
+        for part in key[1]:
+            state.update(f"{part}|".encode())
+    elif pos == end:
+        return running.state  # nothing closed since: the same state, shared
+    else:
+        state = running.state.copy()
+    parts: list[str] = []
+    for n in folded:  # the Full turns between folded ones, as slices: no Python per turn
+        if n > pos:
+            parts.extend(digests[pos:n - 1])
+            pos = n
+    parts.extend(digests[pos:end])
+    if parts:
+        parts.append("")
+        state.update("|".join(parts).encode())
+    if len(sealed.running) >= MAX_RUNNING and key not in sealed.running:
+        sealed.running.clear()
+    sealed.running[key] = _Running(key, tuple(folded), end, state)
+    return state

@@ -29,15 +29,17 @@ from pipeline.compaction import (
 )
 from pipeline.errors import StorageError
 from pipeline.formats import VAK
-from pipeline.formats.reported import reported_requests
+from pipeline.formats.reported import reported_replay, transcript_entries
 from pipeline.io.archive import ARCHIVE, write_compacted
 from pipeline.io.storage import (
     MAX_LINE_BYTES,
     Location,
     SessionObject,
     Tap,
+    check_output,
     guarded_lines,
     open_lines,
+    storage_errors,
 )
 from pipeline.io.tables import (
     CHECKPOINTS_SCHEMA,
@@ -49,8 +51,10 @@ from pipeline.io.tables import (
 from pipeline.partitions import (
     UNCONTAINED,
     BatchResult,
+    EndpointWatch,
     audit_batch_result,
     failed,
+    not_attempted,
     read_consistently,
 )
 from pipeline.projection import get_rule_set
@@ -104,7 +108,11 @@ def active_entries(spool: IO[bytes], audit: SessionAudit,
         return (e for e in kept if (e.line, e.id) in active)
     spool.seek(0)
     lines = guarded_lines(spool, max_line_bytes)
-    if any(f.code is Code.TORN_MERGE for f in audit.findings):
+    if audit.row.get("source", VAK) != VAK:
+        # Another agent's transcript: its adapter reads it again (ids are its own).
+        return transcript_entries(lines, active)
+    if any(f.code is Code.TORN_MERGE or (f.code is Code.DAMAGED_ENTRY and f.entry_id)
+           for f in audit.findings):
         # Entries recovered from inside a line: only the reader finds them again.
         return (item for item in read_ledger(lines)
                 if isinstance(item, Entry) and (item.line, item.id) in active)
@@ -124,8 +132,15 @@ def replay_spooled(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
     """Replay a session's active chain from its spooled bytes, or from the entries the
     audit ``kept`` (and plan its packets)."""
     if audit.row.get("source", VAK) != VAK:
-        # Another agent's transcript: its reported sizes, nothing to replay or compact.
-        return SessionReplay(requests=reported_requests(audit, options.catalog))
+        # Another agent's transcript: its turns and reported sizes, nothing to replay or
+        # compact.
+        turns, requests = reported_replay(
+            audit, options.catalog, active_entries(spool, audit, options.max_line_bytes, kept))
+        if options.scope:
+            universe = [r["scope"] for r in requests]
+            chosen = {str(s) for s in parse_fold_key_to_scopes(options.scope, universe)}
+            requests = [r for r in requests if r["scope"] in chosen]
+        return SessionReplay(turns=turns, requests=requests)
     rules = get_rule_set(options.rules)
     tokenizer = get_tokenizer()
     model = audit.row.get("model")
@@ -167,12 +182,18 @@ def replay_spooled(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
 
 
 def _write_archive(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
-                   replayed: SessionReplay, options: ReplayOptions) -> str | None:
+                   replayed: SessionReplay, options: ReplayOptions,
+                   root: Location | None = None) -> str | None:
     """Write the compacted copy of a session that got packets; return its path.
 
     A ledger whose last line is torn is not copied: a packet appended after the torn
     line would turn its ``torn_tail`` into another finding (the round trip promises
     none), and vak repairs such a tail itself before it appends.
+
+    Never where a source ledger is: the copy's path, its links resolved, must lie
+    outside the archive ``root``, and no symbolic link may lie on its way below the
+    staging folder (else :class:`~pipeline.errors.OutputInsideArchiveError` or
+    :class:`~pipeline.errors.UnsafeOutputError`, which stop the run).
     """
     head_id, head_hash = audit.row.get("head_id"), audit.row.get("head_hash")
     if (options.archive_to is None or not replayed.packets or not head_id or not head_hash
@@ -181,6 +202,10 @@ def _write_archive(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
     session = audit.row.get("session_id") or obj.key.session_id
     lines = packet_lines(replayed.packets, session, head_id=head_id, head_hash=head_hash,
                          now_ns=options.run_ns)
+    target = options.archive_to.join(obj.key.path)
+    options.archive_to.check_inside(target)
+    if root is not None:
+        check_output(root, options.archive_to, (target,))
     try:
         write_compacted(options.archive_to, obj.key.path, spool, lines)
     except StorageError as err:
@@ -200,20 +225,24 @@ def _write_archive(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
 def audit_and_replay(
     root: Location, obj: SessionObject, options: ReplayOptions,
     new_hasher: Callable[[], PrefixHasher] | None = None,
+    watch: EndpointWatch | None = None,
 ) -> tuple[SessionAudit, SessionReplay | None, str | None, PrefixHasher | None]:
     """Audit one object and replay it, reading it from storage once (twice when it
     changed under the first read: :func:`~pipeline.partitions.read_consistently`); with
     an archive destination, also write its compacted copy (whose path is returned).
     ``new_hasher`` makes the hasher that sees every byte of the read kept (for
-    checkpoints); it is returned with the rest. No replay when the object was not read;
+    checkpoints); it is returned with the rest when it saw the whole object (also when
+    the audit or the replay raised), else ``None``. No replay when the object was not read;
     an audit or a replay that raises (a bug; not the errors of
     :data:`~pipeline.partitions.UNCONTAINED`) makes it ``audit_failed``, with no replay.
     """
     hashers: list[PrefixHasher] = []
     kept: list[Entry] | None = None
+    whole = False  # the hasher saw every byte of the version read
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as spool:
         def read(version: SessionObject) -> SessionAudit:
-            nonlocal kept
+            nonlocal kept, whole
+            whole = False
             # A re-read starts over: the spool, the hasher and the entries kept hold
             # one version's bytes.
             spool.seek(0)
@@ -228,17 +257,30 @@ def audit_and_replay(
             # pieces), so the compacted copy and the checkpoint are the object's own.
             with open_lines(root, version, max_line_bytes=options.max_line_bytes,
                             tap=tap) as lines:
-                audit = audit_session(version.key, lines, size=version.size, keep=kept)
+                try:
+                    audit = audit_session(version.key, lines, size=version.size, keep=kept)
+                except (*UNCONTAINED, *storage_errors()):
+                    raise
+                except Exception:
+                    # An audit that raises (audit_failed) must not hide a history break:
+                    # the rest of the object still goes past the hasher.
+                    if hashers:
+                        for _ in lines:
+                            pass
+                        whole = True
+                    raise
+            whole = True
             audit.row["etag"] = version.etag
             return audit
 
-        audit, was_read = read_consistently(root, obj, read)
-        hasher = hashers[0] if hashers else None
+        audit, was_read = read_consistently(root, obj, read, watch)
+        # Only a hasher that saw the whole object can judge it against its checkpoint.
+        hasher = hashers[0] if hashers and whole else None
         if not was_read:
             return audit, None, None, hasher
         try:
             replayed = replay_spooled(obj, audit, spool, options, kept)
-            copy = _write_archive(obj, audit, spool, replayed, options)
+            copy = _write_archive(obj, audit, spool, replayed, options, root)
         except UNCONTAINED:
             raise
         except Exception as err:
@@ -246,6 +288,30 @@ def audit_and_replay(
             # audit kept (no figures, no usage rows without their requests).
             return failed(obj, err), None, None, hasher
         return audit, replayed, copy, hasher
+
+
+def checkpoint_rows(path: str, before: Checkpoint | None, audit: SessionAudit,
+                    replayed: SessionReplay | None,
+                    hasher: PrefixHasher | None) -> list[dict[str, object]]:
+    """Judge one object read by a nightly run against its checkpoint ``before``; add the
+    history findings to ``audit``; return its checkpoint row for tonight (none or one).
+
+    The verdict depends on the hasher alone, never on the audit or the replay: one that
+    raised (``audit_failed``) still gets ``history_truncated``/``history_rewritten`` on
+    its row, beside its ``audit_failed``. Its checkpoint is then not advanced: the old
+    one is kept without ETag, so the next night reads it again and reports the break
+    again, until the session replays (a new checkpoint is only taken of rows that are
+    whole). Not read whole (``hasher`` is ``None``): nothing to judge, the old
+    checkpoint is kept for the next night to read it again.
+    """
+    if hasher is None:
+        return [] if before is None else [before.reread().as_row()]
+    broken = hasher.findings(before) if before is not None else []
+    audit.add_findings(broken)
+    if replayed is None:
+        return [] if before is None else [before.reread().as_row()]
+    checkpoint = checkpoint_of(path, hasher, audit.row)
+    return [(checkpoint.reread() if broken else checkpoint).as_row()]
 
 
 def replay_batch(root: Location, index: int, batch: list[SessionObject],
@@ -266,20 +332,22 @@ def replay_batch(root: Location, index: int, batch: list[SessionObject],
     compaction: list[dict[str, object]] = []
     archived: list[str] = []
     checkpoints: list[dict[str, object]] = []
+    # A dead storage endpoint: once it failed MAX_CONNECTION_FAILURES objects in a row,
+    # the rest of the batch is reported not read, without a request.
+    watch = EndpointWatch()
     for obj in batch:
         before = previous.get(obj.key.path) if previous is not None else None
+        if watch.dead:
+            audits.append(not_attempted(obj, watch))
+            if previous is not None:
+                checkpoints.extend(checkpoint_rows(obj.key.path, before, audits[-1], None,
+                                                   None))
+            continue
         audit, replayed, copy, hasher = audit_and_replay(
             root, obj, options, None if previous is None else
-            partial(PrefixHasher, before.verified_bytes if before else None))
+            partial(PrefixHasher, before.verified_bytes if before else None), watch)
         if previous is not None:
-            if replayed is None or hasher is None:
-                if before is not None:
-                    checkpoints.append(before.reread().as_row())
-            else:
-                broken = hasher.findings(before) if before is not None else []
-                audit.add_findings(broken)
-                checkpoint = checkpoint_of(obj.key.path, hasher, audit.row)
-                checkpoints.append((checkpoint.reread() if broken else checkpoint).as_row())
+            checkpoints.extend(checkpoint_rows(obj.key.path, before, audit, replayed, hasher))
         audits.append(audit)
         if replayed is not None:
             turns.extend(replayed.turns)

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.audit import ts_nanos
 from pipeline.catalog import Capacity, ModelCatalog
 from pipeline.layout import SessionKey
 from pipeline.projection import RuleSet
@@ -229,6 +230,7 @@ def replay_session(
             "recorded_tokens_card": token_count(card.get("tokens_card")),
             "reported_input_tokens": sum(inputs) if inputs else None,
             "reported_output_tokens": sum(outputs) if outputs else None,
-            "first_ts": t.first_ts,
+            # A timestamp like every other ts column (a text that is none: null).
+            "first_ts": ts_nanos(t.first_ts),
         })
     return out

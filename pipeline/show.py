@@ -14,14 +14,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.audit import is_directive
 from pipeline.catalog import Capacity
 from pipeline.errors import PipelineError, UsageError
 from pipeline.projection import RuleSet, canonical_json
 from pipeline.reader import Entry
-from pipeline.redact import redact
+from pipeline.redact import quote, redact
 from pipeline.replay import Cost, Prefix, ReplayEngine, RequestReplay, TurnCosts
 from pipeline.scopes import Scope, parse_scope, pretty_scopes, scope_key
 from pipeline.session_replay import turn_runs
+from pipeline.text import terminal_safe
 from pipeline.tokens import Tokenizer
 
 #: Characters of one text printed before it is cut (``--full`` prints everything).
@@ -212,7 +214,8 @@ def capture_request(entries: Iterable[Entry], entry_id: str, *, rules: RuleSet,
             return rendered
         for _ in engine.feed(entry):
             pass
-    raise PipelineError(f"no replayed request has entry id {redact(entry_id)[:200]!r}")
+    raise PipelineError("no replayed request has entry id "
+                        f"{terminal_safe(quote(entry_id, 200))!r}")
 
 
 def find_request(rows: list[dict[str, Any]], scope: str, session: str) -> dict[str, Any]:
@@ -257,11 +260,18 @@ def find_request(rows: list[dict[str, Any]], scope: str, session: str) -> dict[s
 
 
 def _cut(text: str, full: bool) -> str:
-    # Redacted before the cut: a cut must not leave part of a secret behind.
+    # Redacted before the cut (a cut must not leave part of a secret behind), escaped
+    # after it (a cut must not leave half an escape). A text's lines are meant.
     text = redact(text)
-    if full or len(text) <= TEXT_LIMIT:
-        return text
-    return f"{text[:TEXT_LIMIT]}… ({len(text) - TEXT_LIMIT} more chars)"
+    if not full and len(text) > TEXT_LIMIT:
+        text = f"{text[:TEXT_LIMIT]}… ({len(text) - TEXT_LIMIT} more chars)"
+    return terminal_safe(text, multiline=True)
+
+
+def _f(value: object) -> str:
+    """One field of a line quoted from the ledger (a model name, an id): its control
+    characters and line breaks escaped, so that it stays in its line."""
+    return terminal_safe(str(value))
 
 
 def _gutter(tokens: int | None, text: str) -> list[str]:
@@ -278,7 +288,7 @@ def _n(value: object) -> str:
 def _header(row: Mapping[str, Any], r: RenderedRequest, capacity: Capacity | None,
             session: str, audit: Mapping[str, Any]) -> list[str]:
     req = r.request
-    model = f"{row['model'] or '?'} ({row['provider'] or '?'})"
+    model = f"{_f(row['model'] or '?')} ({_f(row['provider'] or '?')})"
     window = (f"window {_n(capacity.input_limit)} input tokens, output reserve "
               f"{_n(capacity.output_reserve)}" if capacity else "unknown model: no window")
     reported = row["reported_input_tokens"]
@@ -289,11 +299,11 @@ def _header(row: Mapping[str, Any], r: RenderedRequest, capacity: Capacity | Non
     context = (f"{size} of {_n(row['model_input_limit'])} = saturation {sat}% · headroom "
                f"{_n(row['headroom_tokens'])}" if sat is not None else f"{size}, no window")
     lines = [
-        f"session   {session}",
+        f"session   {_f(session)}",
         f"audit     {audit.get('status')} · {audit.get('errors', 0)} errors, "
         f"{audit.get('warnings', 0)} warnings · active chain {_n(audit.get('active_chain_len'))}"
         f" of {_n(audit.get('entries'))} entries",
-        f"request   {req.scope} · entry {req.entry_id} · {req.ts}",
+        f"request   {req.scope} · entry {_f(req.entry_id)} · {_f(req.ts)}",
         f"model     {model} · {window}",
         f"tokens    {tokens}",
         f"context   {context} · turn total {_n(row['turn_total_tokens'])} · "
@@ -313,7 +323,7 @@ def _plan(r: RenderedRequest) -> list[str]:
     elif source == "planner-v1":
         lines = ["plan      planner v1 for the model's window (--planner)"]
     else:
-        lines = [f"plan      recorded context_selection {source}"]
+        lines = [f"plan      recorded context_selection {_f(source)}"]
     kind = "Full" if source else "verbatim"
     lines.append(f"  {kind:<9} {turn_runs(list(r.full_turns)) or '-'}")
     if r.card_turns:
@@ -330,15 +340,16 @@ def _plan(r: RenderedRequest) -> list[str]:
 
 def _prefix(row: Mapping[str, Any], r: RenderedRequest, full: bool) -> list[str]:
     p = r.prefix
-    origin = "header contract" if p.source == "header" else f"turn_capabilities_bound {p.source}"
+    origin = ("header contract" if p.source == "header"
+              else f"turn_capabilities_bound {_f(p.source)}")
     match = row["prefix_digest_match"]
     recorded = ("none recorded" if match is None else "matches the receipt's" if match
-                else f"receipt recorded {row['recorded_prefix_digest'][:12]}…")
+                else f"receipt recorded {_f(row['recorded_prefix_digest'][:12])}…")
     lines = [f"prefix    {_n(p.tokens)} tok from the {origin} · digest {p.digest[:12]}… "
              f"({recorded})",
              f"system    {_n(r.system_tokens)} tok"]
     lines += _gutter(None, _cut(p.system, full))
-    tools = ", ".join(f"{name} {_n(n)}" for name, n in r.tools) or "none"
+    tools = ", ".join(f"{_f(name)} {_n(n)}" for name, n in r.tools) or "none"
     lines.append(f"tools     {len(r.tools)} · {_n(sum(n for _, n in r.tools))} tok: {tools}")
     return lines
 
@@ -369,11 +380,12 @@ def format_request(row: Mapping[str, Any], rendered: RenderedRequest, *, session
     -------
     str
         Header, plan, prefix and messages, one line each (no trailing newline), with
-        every credential redacted (:func:`pipeline.redact.redact`).
+        every credential redacted (:func:`pipeline.redact.redact`) and every control
+        character escaped (:func:`pipeline.text.terminal_safe`).
     """
     lines = _header(row, rendered, capacity, session, audit)
     if note:
-        lines.append(f"note      {note}")
+        lines.append(f"note      {_f(note)}")
     lines += ["", *_plan(rendered), "", *_prefix(row, rendered, full), ""]
     msgs = rendered.messages
     total = rendered.total
@@ -384,9 +396,113 @@ def format_request(row: Mapping[str, Any], rendered: RenderedRequest, *, session
         lines.append(f"WARNING   rendered total {total:,} != replayed "
                      f"{rendered.request.replayed_tokens:,}")
     for i, m in enumerate(msgs, 1):
-        lines += ["", f"[{i}] {m.role} · {_n(m.tokens)} tok · {m.source.strip()}"]
+        lines += ["", f"[{i}] {_f(m.role)} · {_n(m.tokens)} tok · {_f(m.source.strip())}"]
         for part in m.parts:
             lines += _gutter(part.tokens, _cut(part.text, full))
     # The texts were redacted before they were cut; the header quotes ids and names from
-    # the ledger too, so the whole is redacted once more.
-    return redact("\n".join(lines))
+    # the ledger too, so the whole is redacted once more (and, a net for a field missed
+    # above, escaped once more: every line break left is one of the lines above).
+    return terminal_safe(redact("\n".join(lines)), multiline=True)
+
+
+def _block_text(block: Mapping[str, Any]) -> str:
+    """One content block of a transcript's message as text: its text, a tool call's name
+    and input, a tool result's content, a thinking block's thought."""
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", ""))
+    if kind == "tool_use":
+        args = block.get("input")
+        args = args if isinstance(args, str) else canonical_json(args)
+        return f"tool_use {block.get('name', '?')} {args}"
+    if kind == "tool_result":
+        content = block.get("content")
+        if isinstance(content, list):
+            content = "\n".join(str(b.get("text", "")) for b in content
+                                if isinstance(b, dict) and b.get("type") == "text")
+        return f"tool_result {content if isinstance(content, str) else canonical_json(content)}"
+    if kind == "thinking":
+        return f"thinking {block.get('thinking', '')}"
+    return f"{kind if isinstance(kind, str) else '?'} block"
+
+
+def _turn_messages(entries: Iterable[Entry], entry_id: str) -> tuple[list[Entry], Entry | None]:
+    """The messages of the turn of the request carried by ``entry_id``, from its prompt
+    to that line, and the line (``None`` if not on the chain)."""
+    messages: list[Entry] = []
+    for entry in entries:
+        if entry.kind != "message" or entry.meta.get("mirror") is not None:
+            continue
+        if is_directive(entry):
+            messages = []
+        messages.append(entry)
+        if entry.id == entry_id:
+            return messages, entry
+    return messages, None
+
+
+def format_reported_request(row: Mapping[str, Any], entries: Iterable[Entry], *,
+                            session: str, audit: Mapping[str, Any],
+                            full: bool = False) -> str:
+    """The text ``vakpipe show`` prints for a request of another agent's transcript.
+
+    Such a transcript records no contract or projection, so the request cannot be
+    rebuilt: what is printed is what the transcript holds for it, its reported usage
+    and utilization (the ``requests`` row) and the messages of its turn, from the
+    prompt to the request's line, as the transcript wrote them.
+
+    Parameters
+    ----------
+    row : mapping
+        The request's row of the ``requests`` table (``rules`` ``reported``).
+    entries : iterable of Entry
+        The transcript's active chain as its adapter reads it, root first.
+    session : str
+        The session's URL, for the header.
+    audit : mapping
+        The session's ``integrity/sessions`` row.
+    full : bool
+        Print every text whole instead of cutting it at :data:`TEXT_LIMIT` characters.
+
+    Returns
+    -------
+    str
+        Header and messages, credentials redacted and control characters escaped.
+    """
+    messages, carrier = _turn_messages(entries, row["entry_id"])
+    usage = carrier.meta.get("usage") if carrier is not None else None
+    parts = ""
+    if isinstance(usage, dict):
+        parts = (f" (input {_n(usage.get('input_tokens'))} · cache read "
+                 f"{_n(usage.get('cache_read_input_tokens'))} · cache write "
+                 f"{_n(usage.get('cache_creation_input_tokens'))})")
+    sat, size = row["saturation"], _n(row["last_request_tokens"])
+    window = (f"window {_n(row['model_input_limit'])} input tokens"
+              if row["model_input_limit"] is not None else "unknown model: no window")
+    context = (f"{size} of {_n(row['model_input_limit'])} = saturation {sat}% · headroom "
+               f"{_n(row['headroom_tokens'])}" if sat is not None else f"{size}, no window")
+    lines = [
+        f"session   {_f(session)}",
+        f"source    {_f(audit.get('source'))} transcript",
+        f"audit     {audit.get('status')} · {audit.get('errors', 0)} errors, "
+        f"{audit.get('warnings', 0)} warnings · active chain {_n(audit.get('active_chain_len'))}"
+        f" of {_n(audit.get('entries'))} entries",
+        f"request   {_f(row['scope'])} · entry {_f(row['entry_id'])} · "
+        f"{_f(carrier.ts if carrier is not None else '?')}",
+        f"model     {_f(row['model'] or '?')} ({_f(row['provider'] or '?')}) · {window}",
+        f"tokens    provider-reported {_n(row['reported_input_tokens'])}{parts} · output "
+        f"{_n(row['reported_output_tokens'])}",
+        f"context   {context} · turn total {_n(row['turn_total_tokens'])} · "
+        f"hint {row['hint_level']}",
+    ]
+    if row.get("hint_text"):
+        lines.append(f"hint      {row['hint_text']}")
+    lines += [f"rules     {row['rules']}: the transcript records no contract or projection; "
+              "shown is what it holds, not a rebuilt request", "",
+              f"messages  {len(messages)} of turn t{row['turn']}, from its prompt to this "
+              "request"]
+    for i, m in enumerate(messages, 1):
+        lines += ["", f"[{i}] {_f(m.role or '?')} · entry {_f(m.id)} · {_f(m.ts)}"]
+        for block in m.content:
+            lines += _gutter(None, _cut(_block_text(block), full))
+    return terminal_safe(redact("\n".join(lines)), multiline=True)

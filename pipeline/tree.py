@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.reader import KNOWN_KINDS, Entry
+from pipeline.redact import quote
 from pipeline.types import Code, Finding
 
 
@@ -76,7 +77,8 @@ class TreeIndex:
         elif entry.kind not in KNOWN_KINDS:
             findings.append(Finding(
                 Code.UNKNOWN_KIND, entry.line, entry.id,
-                f"kind {entry.kind[:40]!r} is not known; kept in chain and tree, never projected",
+                f"kind {quote(entry.kind, 40)!r} is not known; kept in chain and tree, "
+                "never projected",
             ))
         first = self.by_id.setdefault(entry.id, node)
         if first is not node:

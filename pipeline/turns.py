@@ -121,6 +121,25 @@ class TurnIndex:
         turn.state = TurnState.CLOSED if not uses else TurnState.OPEN
         return it
 
+    def add_part(self, entry: Entry, it: Iteration) -> None:
+        """Another line of a request streamed over several (another agent's transcript:
+        one line per content block), already iteration ``it`` of the current turn: its
+        tool calls are forms of that iteration."""
+        turn = self.current
+        if turn is None:
+            return
+        blocks = entry.content
+        uses = tool_uses(blocks)
+        it.forms += len(uses)
+        turn.tools.extend(str(b.get("name", "?")) for b in uses)
+        if uses:
+            turn.last_is_final = False
+            turn.state = TurnState.OPEN
+        elif it.forms == 0:
+            turn.last_is_final = True
+            turn.state = TurnState.CLOSED
+            turn.narration = "\n".join(t for t in (turn.narration, text_of(blocks)) if t)
+
     def add_user(self, entry: Entry) -> None:
         """A non-directive user message (tool results, control): the turn stays open."""
         turn = self.current

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 
 class Severity(enum.IntEnum):
@@ -35,6 +36,28 @@ def token_count(v: object) -> int | None:
     return v if type(v) is int and 0 <= v <= MAX_TOKEN_COUNT else None
 
 
+# Typed accessors of payload values. vak writes each payload field with one type; a file
+# can hold any JSON value there, and a value of another type is read as absent (the
+# empty value of the expected type), never used as what it is not: ``for x in v or []``
+# on a ``5`` raises, ``as_list(v)`` is ``[]``. orjson yields exact ``dict``/``list``/
+# ``str`` types, so ``type() is`` is exact and cheaper than ``isinstance``.
+
+
+def as_dict(v: object) -> dict[str, Any]:
+    """``v`` if it is a JSON object, else an empty one (a fresh dict: never shared)."""
+    return v if type(v) is dict else {}
+
+
+def as_list(v: object) -> list[Any]:
+    """``v`` if it is a JSON array, else an empty one (a fresh list: never shared)."""
+    return v if type(v) is list else []
+
+
+def dicts(v: object) -> list[dict[str, Any]]:
+    """The objects of a JSON array (its other items dropped); none if ``v`` is no array."""
+    return [x for x in v if type(x) is dict] if type(v) is list else []
+
+
 class Code(enum.Enum):
     """Every finding code vakpipe reports, with its severity (spec sections 2 and 6)."""
 
@@ -46,6 +69,12 @@ class Code(enum.Enum):
     TORN_MERGE = ("torn_merge", Severity.WARNING)
     UNCHAINED = ("unchained", Severity.WARNING)
     DUPLICATE_KIND_KEY = ("duplicate_kind_key", Severity.INFO)
+    # decided here (docs/audit.md): a message object with two ``role`` keys of different
+    # values (vak never writes one; JSON readers disagree on which wins)
+    DUPLICATE_KEY = ("duplicate_key", Severity.WARNING)
+    # decided here: a payload field the audit's figures rest on holds a value of another
+    # type than vak writes (read as absent)
+    BAD_FIELD = ("bad_field", Severity.WARNING)
     # 2.2 the tree
     MISSING_HEADER = ("missing_header", Severity.ERROR)
     HEADER_NOT_FIRST = ("header_not_first", Severity.ERROR)
@@ -59,6 +88,10 @@ class Code(enum.Enum):
     # transcripts of other agents (docs/formats.md): a compaction boundary names, as the
     # entry it follows, one the file does not hold; linked to the entry before it
     LOGICAL_PARENT_MISSING = ("logical_parent_missing", Severity.WARNING)
+    # ... a file neither a vak ledger nor a format an adapter knows: read, not audited
+    UNKNOWN_FORMAT = ("unknown_format", Severity.ERROR)
+    # ... a forked Codex rollout: requests copied from its parent's history (billed once)
+    FORK_HISTORY = ("fork_history", Severity.INFO)
     # 6 checkpoints between audits
     HISTORY_TRUNCATED = ("history_truncated", Severity.ERROR)
     HISTORY_REWRITTEN = ("history_rewritten", Severity.ERROR)

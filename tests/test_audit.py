@@ -87,14 +87,14 @@ def test_session_row_figures() -> None:
     # active usage: meta.usage of a1 and a4 (a4's own usage wins over its receipt's),
     # the winning attempt of r2 for a2 which has none
     assert (row["input_tokens"], row["output_tokens"], row["cache_read_tokens"],
-            row["cache_creation_tokens"]) == (100 + 200 + 300, 10 + 20 + 30, 5 + 100, 3 + 7)
+            row["cache_write_tokens"]) == (100 + 200 + 300, 10 + 20 + 30, 5 + 100, 3 + 7)
     assert (row["input_tokens_abandoned"], row["output_tokens_abandoned"],
             row["cache_read_tokens_abandoned"],
-            row["cache_creation_tokens_abandoned"]) == (7, 1, 0, 0)
+            row["cache_write_tokens_abandoned"]) == (7, 1, 0, 0)
     # billed: every attempt of every receipt that reported usage, failed retries and
     # abandoned branches included
     assert (row["billed_input_tokens"], row["billed_output_tokens"],
-            row["billed_cache_read_tokens"], row["billed_cache_creation_tokens"]) == (
+            row["billed_cache_read_tokens"], row["billed_cache_write_tokens"]) == (
         50 + 100 + 200 + 7 + 310, 0 + 10 + 20 + 1 + 31, 5 + 100, 3 + 7)
     assert row["receipt_attempts"] == 6 and row["receipt_failed_attempts"] == 2
     assert row["first_ts"] == ts_of(1) and row["last_ts"] == ts_of(14)

@@ -7,6 +7,8 @@ process, where a test can make a batch fail.
 
 from __future__ import annotations
 
+import json
+import os
 import posixpath
 import time
 from pathlib import Path
@@ -16,21 +18,33 @@ import fsspec
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from storage_helpers import Places, places, plain_rows
 
 import pipeline.orchestrate as orchestrate
-from pipeline.errors import CommitError
+from pipeline.errors import (
+    CommitError,
+    CorruptManifestError,
+    OutputInsideArchiveError,
+    UnsafeOutputError,
+)
 from pipeline.io.commit import (
+    FILE_DATASETS,
     MANIFEST,
     STAGING,
     SUCCESS,
     StagedRun,
     new_run_id,
+    parse_manifest,
     read_dataset,
     read_manifest,
+    recovering_manifests,
+    valid_dataset_name,
+    valid_file_name,
 )
 from pipeline.io.fleet import write_fleet
-from pipeline.io.storage import Location, enumerate_sessions
+from pipeline.io.storage import Location, check_output, enumerate_sessions, resolve
 from pipeline.io.tables import DATASETS, SESSIONS_SCHEMA, findings_table
 from pipeline.partitions import BatchResult, audit_batch
 from pipeline.types import Code, Finding
@@ -277,3 +291,126 @@ def test_a_failed_batch_leaves_the_previous_output_byte_identical(
         orchestrate.run_audit(archive, where.out, workers=2, progress=False)
     assert staged_parts  # batches before the failure were staged, then thrown away
     assert snapshot(where.out) == before
+
+
+# --- outputs can never reach the archive (issue 16) --------------------------------------
+
+#: Names built from the characters that matter: separators, dots, controls, plain ones.
+NAMES = st.text(alphabet=st.sampled_from(["a", "Z", "0", "-", "_", ".", "/", "\\", "\x00",
+                                          "\n", " ", "=", "\u2024", "%"]), max_size=12)
+
+
+@given(dataset=NAMES, name=NAMES, nested=st.booleans())
+def test_any_name_the_manifest_check_accepts_stays_inside_out(
+    dataset: str, name: str, nested: bool
+) -> None:
+    out = "/srv/reports/out"
+    file_dataset = sorted(FILE_DATASETS)[0] if nested else dataset
+    for d in (dataset, file_dataset):
+        if not (valid_dataset_name(d) and valid_file_name(d, name)):
+            continue
+        joined = posixpath.join(out, d, name)
+        # No dot segment, nothing absolute: normalising changes nothing, and the path
+        # lies strictly below OUT.
+        assert posixpath.normpath(joined) == joined
+        assert joined.startswith(out + "/") and len(joined) > len(out) + 1
+        resolve(out).check_inside(joined, leaf=True)  # no link on a path that does not exist
+
+
+@pytest.mark.parametrize("dataset, name", [
+    ("usage/../../archive", "x"), ("/abs", "x"), ("a/b/c", "x"), ("_staging", "x"),
+    ("usage", "../x"), ("usage", "a/b.parquet"), ("usage", "/x"), ("usage", ""),
+    ("usage", "."), ("usage", "..\\x"), ("usage", "x\x00"), ("usage", "x\ny"),
+    ("archive", "agents//x.jsonl"), ("archive", "agents/../../x"), ("archive", "/etc/x"),
+    ("usage", 3), ("", "x"), (".hidden", "x"),
+])
+def test_manifest_names_that_climb_or_hide_are_refused(dataset: Any, name: Any) -> None:
+    raw = json.dumps({"run_id": "r", "datasets": {str(dataset): {"files": [name],
+                                                                    "rows": 1}}})
+    with pytest.raises(CorruptManifestError, match="is corrupt"):
+        parse_manifest(raw.encode(), "OUT/_manifest.json")
+
+
+def test_names_vakpipe_writes_are_accepted() -> None:
+    for dataset in ("integrity/sessions", "integrity/findings", "usage", "subagents",
+                    "turns", "requests", "compaction", "checkpoints", "regression"):
+        assert valid_dataset_name(dataset)
+        assert valid_file_name(dataset, "part-20261201T000000000000Z-0a1b2c3d-00000.parquet")
+    # Archive keys are data: escaped-looking or lookalike names are plain names.
+    for key in ("agents/vak/sessions/%2e%2e/pct.jsonl", "agents/vak/sessions/h/\u2024\u2024.jsonl",
+                "agents/vak/sessions/h/" + "L" * 900 + ".jsonl"):
+        assert valid_file_name("archive", key)
+
+
+def test_a_corrupt_manifest_stops_read_and_commit_until_forced(tmp_path: Path) -> None:
+    out = resolve(str(tmp_path / "out"))
+    staged(out, "run-1", {0: ["a"]}).commit({})
+    bad = b'{"datasets": {"usage": {"files": ["../../x"]}}}'
+    Path(out.join(MANIFEST)).write_bytes(bad)
+    before = snapshot(out)
+    with pytest.raises(CorruptManifestError):
+        read_manifest(out)
+    with pytest.raises(CorruptManifestError):
+        read_dataset(out, SESSIONS)
+    run = staged(out, "run-2", {0: ["b"]})
+    with pytest.raises(CorruptManifestError):
+        run.preflight()
+    with pytest.raises(CorruptManifestError):
+        run.commit({})
+    run.abort()
+    assert snapshot(out) == before  # nothing moved, nothing deleted
+    with recovering_manifests():
+        assert read_manifest(out) is None
+        staged(out, "run-3", {0: ["c"]}).commit({})
+    assert Path(out.join(f"{MANIFEST}.corrupt-run-3")).read_bytes() == bad
+    assert read_dataset(out, SESSIONS)["session_path"].to_pylist() == ["c"]
+
+
+def test_links_on_the_way_are_refused_a_link_removed_is_unlinked(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "sub").mkdir(parents=True)
+    (elsewhere / "keep.parquet").write_bytes(b"keep")
+    out = resolve(str(tmp_path / "out"))
+    Path(out.path).mkdir()
+    (Path(out.path) / "usage").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(UnsafeOutputError, match="symbolic link"):
+        out.check_inside(out.join("usage", "part-1.parquet"))
+    with pytest.raises(UnsafeOutputError, match="symbolic link"):
+        out.check_inside(out.join("usage"))
+    out.check_inside(out.join("usage"), leaf=False)  # a link removed: unlinked itself
+    with pytest.raises(UnsafeOutputError, match="not a plain path"):
+        out.check_inside(out.join("a", "..", "b"))
+    with pytest.raises(UnsafeOutputError, match="not a plain path"):
+        out.check_inside(str(tmp_path / "elsewhere"))
+    run = StagedRun(out, "run-1", DATASETS)
+    with pytest.raises(UnsafeOutputError):
+        run.preflight()
+    run.write_part(SESSIONS, 0, session_rows("a"))  # staged: below _staging, no link
+    with pytest.raises(UnsafeOutputError):
+        run.commit({})  # refused before anything moved
+    assert not Path(out.join(SESSIONS)).exists() and not Path(out.join(MANIFEST)).exists()
+    run.abort()
+    run._remove(out.join("usage"), recursive=True)
+    assert not os.path.lexists(out.join("usage"))
+    assert (elsewhere / "keep.parquet").read_bytes() == b"keep"
+
+
+def test_object_stores_get_the_name_checks_only() -> None:
+    out = resolve("memory://reports/out")
+    out.check_inside(out.join("usage", "part-1.parquet"))
+    with pytest.raises(UnsafeOutputError):
+        out.check_inside(out.join("usage", "..", "..", "archive"))
+
+
+def test_check_output_resolves_every_path_written(tmp_path: Path) -> None:
+    archive, out = tmp_path / "archive", tmp_path / "out"
+    (archive / "agents").mkdir(parents=True)
+    out.mkdir()
+    (out / "_staging").symlink_to(archive / "agents", target_is_directory=True)
+    (out / "usage").symlink_to(tmp_path, target_is_directory=True)  # around the archive
+    root, loc = resolve(str(archive)), resolve(str(out))
+    check_output(root, loc)  # OUT itself is beside the archive
+    for name in ("_staging/run/x.parquet", "usage"):
+        with pytest.raises(OutputInsideArchiveError, match="overlaps the archive"):
+            check_output(root, loc, [loc.join(*name.split("/"))])
+    check_output(root, loc, [loc.join("integrity", "sessions")])

@@ -253,8 +253,13 @@ def test_a_missing_session_that_comes_back_is_read_again(
     back = nightly(archive, out, D4, scheduler)
     assert back.bytes_read == (archive / gone).stat().st_size
     assert history_codes(out, D4) == {}
+
+    def versionless(day: date, dataset: str) -> list[dict[str, Any]]:
+        # A rename moves the inode's change time, part of the local version token.
+        return [{k: v for k, v in r.items() if k != "etag"} for r in rows(out, day, dataset)]
+
     for dataset in DATASETS:
-        assert rows(out, D4, dataset) == rows(out, D1, dataset), dataset
+        assert versionless(D4, dataset) == versionless(D1, dataset), dataset
 
 
 def test_an_unreadable_object_keeps_its_checkpoint_and_is_read_again(archive: Path) -> None:

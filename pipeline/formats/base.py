@@ -36,8 +36,15 @@ from pipeline.types import Code, Finding, OversizeLine, token_count
 VAK = "vak"
 #: Id of the synthetic header entry a transcript without a header is rooted at.
 ROOT_ID = "(transcript)"
-#: Lines looked at to tell a file's format (the first that parses decides).
-SNIFF_LINES = 16
+#: Lines looked at to tell a file's format: the first of them that a format claims
+#: decides. Claude Code opens files with metadata lines (file-history snapshots, titles,
+#: modes) that carry no tree ids; 20 lines leave room for a few of them.
+SNIFF_LINES = 20
+#: The ``source`` of a file no adapter recognises and that is not a vak ledger.
+UNKNOWN = "unknown"
+#: The fields of a vak entry's envelope; a line with two of them is a vak entry (a
+#: damaged one still has most of its envelope).
+_VAK_ENVELOPE = frozenset({"id", "parent_id", "ts", "kind", "hash", "prev_hash"})
 
 
 class TranscriptFormat(Protocol):
@@ -61,16 +68,49 @@ def root_entry() -> Entry:
     return Entry(0, ROOT_ID, None, "header", "", None, None, "", {})
 
 
+def is_vak_entry(obj: dict[str, Any]) -> bool:
+    """Whether a parsed line is a vak entry: two fields of vak's envelope or more."""
+    return len(_VAK_ENVELOPE.intersection(obj)) >= 2
+
+
+class UnknownFormat:
+    """A file nobody claims: its lines are counted, nothing in them is read as entries,
+    and one ``unknown_format`` finding says so (never a damaged line per line)."""
+
+    name = UNKNOWN
+
+    def sniff(self, obj: dict[str, Any]) -> bool:
+        """Claims nothing: it is chosen when nothing else is."""
+        return False
+
+    def read(self, lines: Iterable[bytes], stats: LineStats,
+             header: dict[str, Any]) -> Iterator[Entry | Finding]:
+        """The synthetic root, then one finding once every line has been counted."""
+        header["links"] = []
+        yield root_entry()
+        for _ in json_lines(lines, stats):
+            pass  # counted (lines, bytes); what they hold is no format we read
+        yield Finding(Code.UNKNOWN_FORMAT, None, None,
+                      f"none of its first {SNIFF_LINES} lines is a vak entry or a line of "
+                      "a transcript format vakpipe reads (Claude Code, Codex): not audited")
+
+
 def sniffed(formats: Iterable[TranscriptFormat],
             lines: Iterable[bytes]) -> tuple[TranscriptFormat | None, Iterator[bytes]]:
     """The format of a file by its content, and its lines (none consumed).
 
-    The first of the file's first :data:`SNIFF_LINES` lines that parses as a JSON object
-    decides: a vak envelope (``id`` and ``kind``) or no adapter claiming it gives
-    ``None`` (read as a vak ledger, whose reader reports whatever is wrong).
+    Of the file's first :data:`SNIFF_LINES` lines, the first that a format claims
+    decides: a vak entry (:func:`is_vak_entry`) gives ``None`` (a vak ledger), else the
+    first adapter whose ``sniff`` accepts the line. Lines nobody claims (another agent's
+    metadata, a line type no adapter knows) are passed over. When none of them is
+    claimed: a file with a JSON object among them is :class:`UnknownFormat`; one without
+    (empty, or every line broken) is read as a vak ledger, whose reader reports what is
+    wrong with it.
     """
+    formats = tuple(formats)
     it = iter(lines)
     head = list(islice(it, SNIFF_LINES))
+    objects = False
     found: TranscriptFormat | None = None
     for raw in head:
         try:
@@ -79,10 +119,13 @@ def sniffed(formats: Iterable[TranscriptFormat],
             continue
         if type(obj) is not dict:
             continue
-        if "kind" not in obj or "id" not in obj:
-            found = next((f for f in formats if f.sniff(obj)), None)
-        break
-    return found, chain(head, it)
+        objects = True
+        if is_vak_entry(obj):
+            return None, chain(head, it)
+        found = next((f for f in formats if f.sniff(obj)), None)
+        if found is not None:
+            return found, chain(head, it)
+    return (UnknownFormat() if objects else None), chain(head, it)
 
 
 def _detail(text: str) -> str:

@@ -34,9 +34,11 @@ from typing import Any
 from pipeline.formats.base import ROOT_ID, count, json_lines, root_entry, text
 from pipeline.layout import CLAUDE_CODE
 from pipeline.reader import Entry, LineStats
+from pipeline.redact import quote
 from pipeline.types import Code, Finding
 
-#: Line types of a Claude Code transcript (any one of them in a file's first lines).
+#: Line types of a Claude Code transcript known when this was written; any other type
+#: (``custom-title``, ``mode``, ...: a new version adds some) is read as activity.
 _TYPES = frozenset({"user", "assistant", "system", "summary", "progress",
                     "file-history-snapshot", "queue-operation", "attachment"})
 #: Model name Claude Code writes on messages it made up itself (API errors, interrupts).
@@ -100,8 +102,14 @@ class ClaudeCode:
     name = CLAUDE_CODE
 
     def sniff(self, obj: dict[str, Any]) -> bool:
-        """Claude Code lines have a ``type`` of its own and no ``payload``."""
-        return obj.get("type") in _TYPES and "payload" not in obj
+        """A Claude Code line: no ``payload``, and ``sessionId`` with a tree id
+        (``uuid``/``parentUuid``) whatever its ``type`` (Claude Code adds line types
+        from version to version), or a ``uuid`` on a line type of its own."""
+        if "payload" in obj:
+            return False
+        if type(obj.get("sessionId")) is str and ("uuid" in obj or "parentUuid" in obj):
+            return True
+        return obj.get("type") in _TYPES and type(obj.get("uuid")) is str
 
     def read(self, lines: Iterable[bytes], stats: LineStats,
              header: dict[str, Any]) -> Iterator[Entry | Finding]:
@@ -132,7 +140,7 @@ class ClaudeCode:
                     # The conversation went on from the entry before: its history stays
                     # on the active chain, not counted as abandoned.
                     yield Finding(Code.LOGICAL_PARENT_MISSING, number, uuid,
-                                  f"logicalParentUuid {parent[:40]!r} is not in the file; "
+                                  f"logicalParentUuid {quote(parent, 40)!r} is not in the file; "
                                   "linked to the entry before it")
                     parent = previous
             elif type(parent) is not str or (parent not in seen and obj.get("isSidechain") is True):

@@ -10,13 +10,29 @@ its manifest). A crash inside the commit leaves the previous manifest in force; 
 that go through the manifest (:func:`read_dataset`) always see one complete run, and
 the next run removes the stray files. A client killed before its commit leaves its
 staging folder; the next commit removes the staging folders of older runs.
+
+Nothing a commit writes, moves or deletes can lie outside ``OUT``: every path is built
+from ``OUT`` and checked (:meth:`~pipeline.io.storage.Location.check_inside`) first.
+Names read from a previous manifest must be plain relative names (:func:`parse_manifest`;
+one that is not makes the manifest corrupt: exit 2, nothing deleted), and on a local
+disk no symbolic link may lie on the way to a path written or deleted (refused, exit 2):
+a link could lead the commit into the archive. A stray link a clean-up removes is
+unlinked itself, never followed. ``--force`` (:func:`recovering_manifests`) sets a
+corrupt manifest aside as ``_manifest.json.corrupt-<run_id>`` instead of stopping, and
+deletes nothing it names.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import posixpath
+import re
+import shutil
 import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -24,12 +40,108 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import CommitError
-from pipeline.io.storage import Location, storage_error, storage_errors
+from pipeline.errors import CommitError, CorruptManifestError, UnsafeOutputError
+from pipeline.io.archive import ARCHIVE
+from pipeline.io.storage import (
+    Location,
+    check_output,
+    printable,
+    storage_error,
+    storage_errors,
+    unsafe_segment,
+)
 
 MANIFEST = "_manifest.json"
 SUCCESS = "_SUCCESS"
 STAGING = "_staging"
+#: Datasets of files at nested paths (the compacted ledgers, in the archive's layout);
+#: every other dataset's files are Parquet parts directly in its folder.
+FILE_DATASETS = frozenset({ARCHIVE})
+#: A dataset name: one or two segments (``usage``, ``integrity/sessions``) of letters,
+#: digits, ``_`` and ``-``, never starting with ``_`` (``_staging``) or a dot.
+_DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(?:/[A-Za-z0-9][A-Za-z0-9_-]*)?")
+#: The names a commit gives its Parquet parts: the only entries of a dataset folder a
+#: clean-up ever removes without a manifest naming them.
+_PART_NAME = re.compile(r"part-[A-Za-z0-9_.-]+\.parquet")
+#: Set by ``--force`` (:func:`recovering_manifests`).
+_RECOVER: ContextVar[bool] = ContextVar("vakpipe_recover_manifests", default=False)
+
+
+@contextmanager
+def recovering_manifests(enabled: bool = True) -> Iterator[None]:
+    """Within the block, a corrupt manifest does not stop a run (``--force``).
+
+    A commit sets the corrupt ``_manifest.json`` of its output aside as
+    ``_manifest.json.corrupt-<run_id>`` and deletes nothing it names (the part files
+    of the run's own datasets are cleaned as ever); :func:`read_manifest` reads a
+    corrupt manifest as no manifest. A context variable, so every command that commits
+    gets the option without each job passing it down.
+    """
+    token = _RECOVER.set(enabled)
+    try:
+        yield
+    finally:
+        _RECOVER.reset(token)
+
+
+def valid_dataset_name(name: object) -> bool:
+    """Whether ``name`` is a dataset name vakpipe writes (see :data:`_DATASET_NAME`)."""
+    return isinstance(name, str) and _DATASET_NAME.fullmatch(name) is not None
+
+
+def valid_file_name(dataset: str, name: object) -> bool:
+    """Whether ``name`` can be a file of ``dataset`` in a manifest: a plain name (a
+    relative path of plain names in a file dataset, :data:`FILE_DATASETS`), no segment
+    empty, ``.`` or ``..``, no backslash, NUL or other control character."""
+    if not isinstance(name, str):
+        return False
+    parts = name.split("/")
+    if dataset not in FILE_DATASETS and len(parts) != 1:
+        return False
+    return not any(unsafe_segment(p) for p in parts)
+
+
+def parse_manifest(raw: bytes, where: str) -> dict[str, Any]:
+    """Read and check the bytes of a manifest: a JSON object whose ``datasets`` maps
+    dataset names to ``{"files": [names...], "rows": n}``, every name plain
+    (:func:`valid_dataset_name`, :func:`valid_file_name`).
+
+    Raises
+    ------
+    CorruptManifestError
+        Anything else: a one-line message naming ``where`` and what is wrong.
+    """
+    def corrupt(why: str) -> CorruptManifestError:
+        return CorruptManifestError(
+            f"{where} is corrupt ({why}); nothing was changed: rerun with --force to set "
+            f"it aside as {MANIFEST}.corrupt-<run_id> (nothing it names is deleted)")
+
+    try:
+        manifest = json.loads(raw)
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        raise corrupt(f"not JSON: {printable(str(err), 80)}") from err
+    if not isinstance(manifest, dict):
+        raise corrupt("not a JSON object")
+    datasets = manifest.get("datasets")
+    if not isinstance(datasets, dict):
+        raise corrupt("no datasets object")
+    if not isinstance(manifest.get("run_id", ""), str):
+        raise corrupt("run_id is not a string")
+    for name, entry in datasets.items():
+        if not valid_dataset_name(name):
+            raise corrupt(f"dataset name {printable(str(name), 80)!r} is not one vakpipe "
+                          "writes")
+        files = entry.get("files") if isinstance(entry, dict) else None
+        if not isinstance(files, list):
+            raise corrupt(f"dataset {name!r} has no list of files")
+        for file in files:
+            if not valid_file_name(name, file):
+                raise corrupt(f"dataset {name!r} names {printable(str(file), 80)!r}, not a "
+                              "plain file name below it")
+        rows = entry.get("rows", 0)
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+            raise corrupt(f"dataset {name!r} has no row count")
+    return manifest
 
 
 def new_run_id() -> str:
@@ -75,6 +187,7 @@ class StagedRun:
             raise KeyError(f"unknown dataset {dataset!r}")
         fs = self.out.filesystem()
         path = posixpath.join(self.stage_path, dataset, f"part-{index:05d}.parquet")
+        self.out.check_inside(path)
         try:
             self.out.makedirs(posixpath.dirname(path))
             with fs.open(path, "wb") as f:
@@ -83,11 +196,119 @@ class StagedRun:
             raise storage_error(err, self.out.url) from err
         self._parts.setdefault(dataset, {})[index] = (path, table.num_rows)
 
+    def preflight(self, root: Location | None = None, files: Iterable[str] = ()) -> None:
+        """Check, before any task runs, that this run can commit without harm.
+
+        The previous manifest reads (or ``--force`` is on, and the commit will set it
+        aside), and every path the commit will write, move or delete lies below ``OUT``
+        through no symbolic link: the staging folder, the folders of this run's
+        datasets and of the file datasets ``files`` it will write, the manifest, and
+        what the previous manifest names. With ``root`` (the archive), each of them is
+        also compared with the archive, links resolved.
+
+        Raises
+        ------
+        CorruptManifestError, UnsafeOutputError, OutputInsideArchiveError
+            As the commit would; nothing was written.
+        """
+        self.out.check_inside(self.out.join(MANIFEST))
+        try:
+            previous = _load_manifest(self.out)
+        except CorruptManifestError:
+            if not _RECOVER.get():
+                raise
+            previous = None
+        try:
+            paths = self._paths(previous, set(files))
+            if root is not None:
+                check_output(root, self.out, [path for path, _ in paths])
+        except storage_errors() as err:
+            raise storage_error(err, self.out.url) from err
+
+    def _paths(self, previous: dict[str, Any] | None,
+               files: set[str]) -> list[tuple[str, bool]]:
+        """Every path the commit touches but the part files it moves, each checked (see
+        :meth:`Location.check_inside`); with whether a link there is refused (else a
+        path removed, which is unlinked when it is a link)."""
+        out = self.out
+        paths = [(out.join(STAGING), True), (self.stage_path, True),
+                 (out.join(MANIFEST), True), (out.join(SUCCESS), True)]
+        paths += [(out.join(d), True) for d in sorted({*self.schemas, *self._files, *files})]
+        for dataset, entry in sorted(((previous or {}).get("datasets") or {}).items()):
+            paths.append((out.join(dataset), True))
+            paths += [(out.join(dataset, rel), False) for rel in entry["files"]]
+        for path, refuse_link in paths:
+            out.check_inside(path, leaf=refuse_link)
+        return paths
+
+    def _previous_or_aside(self) -> None:
+        """Load the previous manifest before anything moves; a corrupt one stops the
+        commit (nothing touched) or, with ``--force``, is set aside."""
+        manifest = self.out.join(MANIFEST)
+        self.out.check_inside(manifest)
+        try:
+            _load_manifest(self.out)
+        except CorruptManifestError:
+            if not _RECOVER.get():
+                raise
+            aside = self.out.join(f"{MANIFEST}.corrupt-{self.run_id}")
+            self.out.check_inside(aside)
+            self.out.filesystem().mv(manifest, aside)
+
+    def _move(self, source: str, target: str) -> None:
+        """Move a staged file into place, never through (or onto) a link."""
+        self.out.check_inside(source)
+        self.out.check_inside(target)
+        self.out.makedirs(posixpath.dirname(target))
+        self.out.filesystem().mv(source, target)
+
+    def _write(self, path: str, data: bytes) -> None:
+        """Write a small file in place: locally under a temporary name, then moved onto
+        its own (a file hard-linked there is replaced, never written through)."""
+        fs = self.out.filesystem()
+        self.out.check_inside(path)
+        if self.out.protocol != "file":
+            fs.pipe_file(path, data)  # a single object write is atomic
+            return
+        tmp = f"{path}.{self.run_id}.tmp"
+        self.out.check_inside(tmp)
+        fs.pipe_file(tmp, data)
+        fs.mv(tmp, path)
+
+    def _remove(self, path: str, *, recursive: bool = False) -> None:
+        """Remove ``path`` below ``OUT``, never what a link leads to: on a local disk a
+        link is unlinked itself, a folder removed only with ``recursive`` (by
+        :func:`shutil.rmtree`, which unlinks the links inside it too)."""
+        self.out.check_inside(path, leaf=False)
+        if self.out.protocol == "file":
+            if os.path.islink(path):
+                os.unlink(path)
+            elif os.path.isdir(path):
+                if recursive:
+                    shutil.rmtree(path)
+            elif os.path.lexists(path):
+                os.remove(path)
+            return
+        fs = self.out.filesystem()
+        if fs.exists(path):
+            fs.rm(path, recursive=recursive)
+
     def commit(self, summary: dict[str, Any]) -> dict[str, Any]:
         """Publish the staged parts atomically; return the manifest written.
 
         Every dataset gets at least one (possibly empty) file, so it always reads with
-        its schema.
+        its schema. Before anything moves, the previous manifest is read and checked,
+        and every path to write or delete is checked (:meth:`preflight`).
+
+        Raises
+        ------
+        CorruptManifestError
+            The previous manifest is corrupt (without ``--force``); nothing moved.
+        UnsafeOutputError
+            A path to write or delete is not a plain path below ``OUT``, or a symbolic
+            link lies on its way; nothing moved.
+        CommitError
+            The storage failed; the previous manifest stays in force.
         """
         fs = self.out.filesystem()
         for dataset, schema in self.schemas.items():
@@ -96,6 +317,8 @@ class StagedRun:
         files: dict[str, list[str]] = {}
         rows: dict[str, int] = {}
         try:
+            self._previous_or_aside()
+            self._paths(_load_manifest(self.out), set())
             for dataset, parts in self._parts.items():
                 final_dir = self.out.join(dataset)
                 self.out.makedirs(final_dir)
@@ -103,16 +326,18 @@ class StagedRun:
                 for index in sorted(parts):
                     staged, n = parts[index]
                     name = f"part-{self.run_id}-{index:05d}.parquet"
-                    fs.mv(staged, posixpath.join(final_dir, name))
+                    self._move(staged, posixpath.join(final_dir, name))
                     names.append(name)
                     rows[dataset] = rows.get(dataset, 0) + n
                 files[dataset] = names
+            # Read again right before ours replaces it (another run may have committed
+            # meanwhile); checked as the first read was.
             previous = read_manifest(self.out)
+            self._paths(previous, set())
             for dataset, rels in self._files.items():
                 for rel in sorted(rels):
-                    target = self.out.join(dataset, rel)
-                    self.out.makedirs(posixpath.dirname(target))
-                    fs.mv(posixpath.join(self.stage_dir(dataset), rel), target)
+                    self._move(posixpath.join(self.stage_dir(dataset), rel),
+                               self.out.join(dataset, rel))
                 files[dataset] = sorted(rels)
                 rows[dataset] = len(rels)
             manifest = {
@@ -123,32 +348,32 @@ class StagedRun:
             }
             # A single object write is atomic on object stores; locally, write then rename.
             tmp = self.out.join(f"{MANIFEST}.{self.run_id}.tmp")
+            self.out.check_inside(tmp)
             fs.pipe_file(tmp, json.dumps(manifest, indent=1, sort_keys=True).encode())
-            fs.mv(tmp, self.out.join(MANIFEST))
+            self._move(tmp, self.out.join(MANIFEST))
             for dataset, before in ((previous or {}).get("datasets") or {}).items():
-                if not isinstance(before, dict) or (dataset in files
-                                                    and dataset not in self._files):
+                if dataset in files and dataset not in self._files:
                     continue  # a Parquet dataset of this run: its folder is listed below
                 # The previous manifest says what the last run published: of a file
                 # dataset (nested paths) the files this run did not write again, and all
                 # of a dataset this run does not write (its replay tables, its compacted
                 # archive): OUT holds one run, the one in force.
                 keep = set(files.get(dataset, ()))
-                for rel in sorted({r for r in before.get("files") or [] if isinstance(r, str)}
-                                  - keep):
-                    if fs.exists(self.out.join(dataset, rel)):
-                        fs.rm(self.out.join(dataset, rel))
+                for rel in sorted(set(before["files"]) - keep):
+                    self._remove(self.out.join(dataset, rel))
             for dataset, names in files.items():
                 if dataset in self._files:
                     continue
                 keep = set(names)
                 # A fresh listing: strays of a run killed in another process are not in
-                # a listing this process cached before.
+                # a listing this process cached before. Only parts are removed (a file
+                # of another name is not vakpipe's to delete).
                 fs.invalidate_cache(self.out.join(dataset))
                 for path in fs.ls(self.out.join(dataset), detail=False):
-                    if posixpath.basename(path) not in keep:
-                        fs.rm(path, recursive=True)
-            fs.pipe_file(self.out.join(SUCCESS), self.run_id.encode())
+                    name = posixpath.basename(path.rstrip("/"))
+                    if name not in keep and _PART_NAME.fullmatch(name):
+                        self._remove(self.out.join(dataset, name))
+            self._write(self.out.join(SUCCESS), self.run_id.encode())
             self._remove_stale_staging()
             self.abort()
         except storage_errors() as err:
@@ -161,45 +386,84 @@ class StagedRun:
 
         Run ids sort by start time; a younger folder may belong to a run still going and
         is left alone (one run at a time per output is the rule, see docs/audit.md).
-        Best effort: a leftover costs space, never correctness.
+        Best effort: a leftover costs space, never correctness. Never through a link:
+        ``_staging`` a link, nothing is removed; a link inside it is unlinked.
         """
         fs = self.out.filesystem()
         staging = self.out.join(STAGING)
         try:
+            self.out.check_inside(staging)
             fs.invalidate_cache(staging)
             if not fs.exists(staging):
                 return
             for path in fs.ls(staging, detail=False):
                 name = posixpath.basename(path.rstrip("/"))
-                if name < self.run_id:
-                    fs.rm(path, recursive=True)
-        except storage_errors():
+                if name < self.run_id and not unsafe_segment(name):
+                    self._remove(self.out.join(STAGING, name), recursive=True)
+        except _best_effort_errors():
             pass
 
     def abort(self) -> None:
-        """Remove this run's staging folder (the previous output is untouched)."""
+        """Remove this run's staging folder (the previous output is untouched); nothing
+        when a link lies on the way."""
         fs = self.out.filesystem()
+        staging = self.out.join(STAGING)
         try:
-            if fs.exists(self.stage_path):
-                fs.rm(self.stage_path, recursive=True)
-            staging = self.out.join(STAGING)
+            self.out.check_inside(self.stage_path)
+            self._remove(self.stage_path, recursive=True)
             if fs.exists(staging) and not fs.ls(staging, detail=False):
                 fs.rmdir(staging)
-        except storage_errors():  # best effort: a later run ignores stale staging
+        except _best_effort_errors():  # best effort: a later run ignores stale staging
             pass
 
 
-def read_manifest(out: Location) -> dict[str, Any] | None:
-    """The manifest of the last committed run under ``out``, or ``None``."""
-    fs = out.filesystem()
+def _best_effort_errors() -> tuple[type[BaseException], ...]:
+    """What a best-effort clean-up gives up on: the storage failing, a link on the way."""
+    return (*storage_errors(), UnsafeOutputError)
+
+
+def _load_manifest(out: Location) -> dict[str, Any] | None:
+    """The checked manifest under ``out`` (:func:`parse_manifest`), or ``None``."""
+    path = out.join(MANIFEST)
     try:
-        return json.loads(fs.cat_file(out.join(MANIFEST)))  # type: ignore[no-any-return]
+        raw = out.filesystem().cat_file(path)
     except FileNotFoundError:
         return None
+    except IsADirectoryError as err:
+        raise CorruptManifestError(f"{path} is a folder, not a manifest") from err
+    return parse_manifest(raw, path)
+
+
+def read_manifest(out: Location) -> dict[str, Any] | None:
+    """The manifest of the last committed run under ``out``, or ``None``.
+
+    Checked (:func:`parse_manifest`): every dataset and file name it holds is a plain
+    name below ``out``. Within :func:`recovering_manifests` (``--force``), a corrupt one
+    reads as none.
+
+    Raises
+    ------
+    CorruptManifestError
+        The manifest is not one vakpipe writes.
+    """
+    try:
+        return _load_manifest(out)
+    except CorruptManifestError:
+        if _RECOVER.get():
+            return None
+        raise
 
 
 def read_dataset(out: Location, dataset: str) -> pa.Table:
-    """Read one dataset of the last committed run, exactly the files its manifest names."""
+    """Read one dataset of the last committed run, exactly the files its manifest names.
+
+    Raises
+    ------
+    FileNotFoundError
+        No committed run, or it has no such dataset.
+    CorruptManifestError
+        The manifest is not one vakpipe writes.
+    """
     manifest = read_manifest(out)
     if manifest is None or dataset not in manifest["datasets"]:
         raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")

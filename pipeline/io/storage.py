@@ -6,7 +6,10 @@ import copy
 import dataclasses
 import io
 import os
-from collections.abc import Callable, Iterator
+import re
+import socket
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -21,6 +24,7 @@ from pipeline.errors import (
     ObjectChangedError,
     OutputInsideArchiveError,
     StorageError,
+    UnsafeOutputError,
     UsageError,
 )
 from pipeline.layout import SessionKey, parse_session_path
@@ -143,6 +147,48 @@ class Location:
         mine, theirs = self.path.rstrip("/") + "/", other.path.rstrip("/") + "/"
         return theirs.startswith(mine)
 
+    def check_inside(self, path: str, *, leaf: bool = True) -> None:
+        """Refuse ``path`` unless it lies below this location, reached through no link.
+
+        Every storage: ``path`` must be this location's path, a ``/`` and plain
+        segments (:func:`unsafe_segment`: no empty, ``.`` or ``..`` segment, no backslash,
+        NUL or other control character). A local path: no component below this location
+        that exists may be a symbolic link, the last one included with ``leaf`` (a path
+        written or moved onto; a path removed is unlinked itself when it is a link, so
+        only the folders on its way count). Object stores have no links. This location
+        itself may be reached through links: :func:`check_output` compares it resolved.
+
+        Raises
+        ------
+        UnsafeOutputError
+            ``path`` is not a plain path below, or a link lies on its way.
+        """
+        base = self.path.rstrip("/")
+        rel = path[len(base) + 1:] if path.startswith(base + "/") else ""
+        parts = rel.split("/")
+        if not rel or any(unsafe_segment(p) for p in parts):
+            raise UnsafeOutputError(f"{printable(path)} is not a plain path below the output "
+                                    f"{printable(self.url)}; refused, nothing written there")
+        if self.protocol != "file":
+            return
+        current = base
+        for i, part in enumerate(parts):
+            current = f"{current}/{part}"
+            if i == len(parts) - 1 and not leaf:
+                return
+            try:
+                mode = os.lstat(current).st_mode
+            except OSError:
+                # Not there (nothing deeper is either), or a name the disk cannot hold:
+                # the write that follows fails in its own place, if it must.
+                return
+            if stat.S_ISLNK(mode):
+                raise UnsafeOutputError(
+                    f"{printable(current)} is a symbolic link inside the output "
+                    f"{printable(self.url)}: vakpipe never writes, moves or deletes through "
+                    "a link there (it could lead into the archive); remove the link or "
+                    "choose another --out")
+
 
 def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location:
     """Resolve ``url`` (``s3://``, ``file://``, ``memory://``, a plain path, ...).
@@ -168,6 +214,17 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
     return Location(url, protocol, path.rstrip("/") or "/", options)
 
 
+#: Characters a name under an output may not hold: another system's separator, NUL and
+#: the other control characters.
+_UNSAFE_CHARS = re.compile(r"[\\\x00-\x1f\x7f]")
+
+
+def unsafe_segment(segment: str) -> bool:
+    """Whether ``segment`` cannot be one plain name of a path below an output: empty,
+    ``.`` or ``..``, or holding a backslash or a control character (NUL included)."""
+    return segment in ("", ".", "..") or _UNSAFE_CHARS.search(segment) is not None
+
+
 def _real(loc: Location) -> Location:
     """``loc`` with a local path's symbolic links resolved (others as they are)."""
     if loc.protocol != "file":
@@ -175,14 +232,17 @@ def _real(loc: Location) -> Location:
     return dataclasses.replace(loc, path=os.path.realpath(loc.path))
 
 
-def check_output(root: Location, out: Location) -> None:
-    """Refuse an output location that overlaps the archive being read.
+def check_output(root: Location, out: Location, written: Iterable[str] = ()) -> None:
+    """Refuse an output location that overlaps the archive being read, and paths under
+    it (``written``: folders and files a run writes, moves or deletes) that resolve into
+    the archive or around it.
 
     Either way round: an output inside the archive writes into it, and an archive inside
     the output could be written over by a commit (``OUT/archive`` of ``compact
     --write-archive``) or deleted by one (the stray files of a dataset folder). Local
     paths are compared with their symbolic links resolved, so a link cannot hide one
-    inside the other.
+    inside the other: ``OUT`` itself, and each of ``written`` (``OUT/_staging``, a
+    dataset folder, a compacted copy), whose own links are followed to where they lead.
     """
     for a, b in ((root, out), (_real(root), _real(out))):
         if a.contains(b):
@@ -196,6 +256,14 @@ def check_output(root: Location, out: Location) -> None:
                 "there could overwrite or delete archive objects: choose an output "
                 "beside the archive"
             )
+    real_root = _real(root)
+    for path in written:
+        target = _real(dataclasses.replace(out, path=path))
+        if real_root.contains(target) or target.contains(real_root):
+            raise OutputInsideArchiveError(
+                f"{printable(path)} resolves to {printable(target.path)}, which overlaps the "
+                f"archive {printable(root.url)}; vakpipe never writes into the archive it "
+                "reads: remove the link under the output")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -225,13 +293,18 @@ class Listing:
 def object_version(info: dict[str, Any]) -> str | None:
     """The version token of an object from its fsspec ``info``: its ETag, unquoted.
 
-    Local files have no ETag: their modification time stands in (with the size beside
-    it, an unchanged file is recognised as unchanged). ``None`` when the storage gives
-    neither (``memory://``).
+    Local files have no ETag: their modification time stands in, with the inode's
+    change time and number when the listing gives them (fsspec's ``created`` is
+    ``st_ctime`` on Linux). The modification time can be set back (``touch -d``,
+    ``os.utime``, ``cp -p``); the change time moves on every write and on every such
+    reset, and cannot be set, so a same-size rewrite with its mtime restored is still
+    another version. ``None`` when the storage gives neither (``memory://``).
     """
     etag = info.get("ETag") or info.get("etag")
     if not etag and info.get("mtime") is not None:
         etag = f"mtime:{info['mtime']!r}"
+        if info.get("ino") is not None:
+            etag += f";ctime:{info.get('created')!r};ino:{info['ino']}"
     return str(etag).strip('"') if etag else None
 
 
@@ -287,6 +360,47 @@ def storage_error(err: BaseException, url: str) -> StorageError:
     if "Endpoint" in name or "Connect" in name or "connect" in text.lower():
         return StorageError(f"{url}: storage endpoint unreachable ({text})")
     return StorageError(f"{url}: storage error: {name}: {text}")
+
+
+def endpoint_unreachable(err: BaseException) -> bool:
+    """Whether ``err`` (or an error it was raised from) says the storage endpoint could
+    not be connected to at all: connection refused, a connect timeout, an unknown host,
+    a TLS handshake refused.
+
+    Not a failure of one object (AccessDenied, NoSuchKey, SlowDown), nor a connection
+    the endpoint accepted and then cut (a reset: botocore calls both an
+    ``EndpointConnectionError``, so the cause decides).
+    """
+    kinds = _unreachable_errors()
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kinds):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _unreachable_errors() -> tuple[type[BaseException], ...]:
+    kinds: list[type[BaseException]] = [ConnectionRefusedError, socket.gaierror]
+    try:
+        from botocore.exceptions import ConnectTimeoutError
+
+        kinds.append(ConnectTimeoutError)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import aiohttp
+
+        # Refused, unknown host, certificate: the connection was never made.
+        kinds.append(aiohttp.ClientConnectorError)
+        timeout = getattr(aiohttp, "ConnectionTimeoutError", None)  # aiohttp >= 3.10
+        if isinstance(timeout, type) and issubclass(timeout, BaseException):
+            kinds.append(timeout)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(kinds)
 
 
 def storage_errors() -> tuple[type[BaseException], ...]:
@@ -426,7 +540,9 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
 
 def _stat_info(f: Any) -> dict[str, Any]:
     st = os.fstat(f.fileno())
-    return {"size": st.st_size, "mtime": st.st_mtime}
+    # The fields of fsspec's local ``info`` that object_version reads, the same way.
+    return {"size": st.st_size, "mtime": st.st_mtime, "ino": st.st_ino,
+            "created": getattr(st, "st_birthtime", st.st_ctime)}
 
 
 def _check_version(obj: SessionObject, info: dict[str, Any], when: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -286,7 +287,7 @@ TURNS_SCHEMA = pa.schema(
         ("recorded_tokens_card", pa.int64()),
         ("reported_input_tokens", pa.int64()),
         ("reported_output_tokens", pa.int64()),
-        ("first_ts", pa.string()),
+        ("first_ts", _TS),
     ]
 )
 
@@ -382,3 +383,18 @@ CHECKPOINTS_SCHEMA = pa.schema(
         ("size", pa.int64()),
     ]
 )
+
+
+def schemas_digest() -> str:
+    """A digest of every output dataset's columns and types.
+
+    Rows carried forward from an earlier run (the nightly audit) must have the columns
+    of tonight's tables: a column renamed or retyped since makes them stale, so the
+    nightly fingerprint includes this and such a night reads everything again.
+    """
+    schemas = {**DATASETS, **REPLAY_DATASETS, **COMPACTION_DATASETS,
+               "checkpoints": CHECKPOINTS_SCHEMA}
+    text = "\n".join(f"{name}: {schema.field(i).name} {schema.field(i).type}"
+                     for name, schema in sorted(schemas.items())
+                     for i in range(len(schema)))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

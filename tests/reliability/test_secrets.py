@@ -19,6 +19,7 @@ would break its hash chain), only the appended packets are held to the rule. Obj
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -89,9 +90,18 @@ def test_each_kind_is_redacted_in_prose_json_and_env_files(kind: str) -> None:
 
 
 def test_every_rule_is_exercised() -> None:
+    # here or in tests/test_redact.py's corpus
     kinds = {kind for kind, _, _ in RULES}
-    assert set(SECRETS) | {"stripe_key", "slack_webhook", "google_api_key",
-                           "secret_value"} == kinds
+    assert set(SECRETS) | {"stripe_key", "slack_webhook", "google_api_key", "secret_value",
+                           "gitlab_token", "huggingface_token", "npm_token", "pypi_token",
+                           "sendgrid_key", "google_oauth", "auth_header", "basic_auth",
+                           "user_password"} == kinds
+    for kind, sample in [("pypi_token", "pypi-AgEIcHlwaS5vcmcCJDk0ZmM3ZDg1LWE3YjUtNGI"),
+                         ("sendgrid_key", "SG.ngeVfQFYQlKU0ufo8x5d1A.TwL2iGABf9DHoTf-09kq"
+                                          "eF8tAmbihYzrnopKc-1s5cr"),
+                         ("stripe_key", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+                         ("slack_webhook", "https://hooks.slack.com/services/T00/B00/XXXXXX")]:
+        assert redact(sample) == f"[REDACTED:{kind}]", sample
 
 
 @pytest.mark.parametrize("text", [
@@ -123,6 +133,84 @@ def test_redaction_never_fails_and_trigger_covers_every_rule(noise: str, secret:
 
 
 SECRETS_BY_TEXT = {text: needle for text, needle in SECRETS.values()}
+
+#: Secrets placed where the audit quotes a bounded piece of the input, past the cut: a
+#: cut made before redaction leaves fragments no rule knows (``sk-proj-Tq9v…``).
+LONG_KIND = "x" * 30 + SECRETS["openai_key"][1]
+LONG_PARENT = "p" * 33 + SECRETS["github_token"][1]
+#: Secrets in the carriers issue 16 found getting past the redactor.
+CARRIED = {
+    "json_escaped": (json.dumps(json.dumps({"password": "pa ss&#@word42"}))[1:-1],
+                     "pa ss&#@word42"),
+    "api_key": ('{"api_key": "Ak9Ak9Ak9Ak9Ak9x"}', "Ak9Ak9Ak9Ak9Ak9x"),
+    "key_colon": ("client_secret: Cs7Cs7Cs7Cs7Cs7", "Cs7Cs7Cs7Cs7Cs7"),
+    "basic": ("Authorization: Basic dXNlcjpodW50ZXIyaHVudGVyMg==", "dXNlcjpodW50ZXIyaHVudGVy"),
+    "hf": ("hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"),
+    "gitlab": ("glpat-Zx8Cv7Bn6Mm5Ll4Kk3Jj", "glpat-Zx8Cv7Bn6Mm5Ll4Kk3Jj"),
+    "npm": ("npm_Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0Uv1Wx2", "npm_Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0Uv1Wx2"),
+    "azure": ("AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6I==;",
+              "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6I"),
+    "flag": ("aws configure --aws-secret-access-key Fl4gFl4gFl4gFl4gFl4g", "Fl4gFl4gFl4gFl4gFl4g"),
+    "userinfo": ("https://bob:s3cr&t#p@ss@git.example.com/r.git", "s3cr&t#p@ss"),
+}
+FRAGMENT = 10
+
+
+def fragments_leaked(text: str) -> list[str]:
+    """Pieces of :data:`FRAGMENT` characters of the new needles (and of the secrets put past
+    a cut) found in ``text``."""
+    needles = [n for _, n in CARRIED.values()] + [SECRETS["openai_key"][1],
+                                                  SECRETS["github_token"][1]]
+    return sorted({n[i:i + FRAGMENT] for n in needles for i in range(len(n) - FRAGMENT + 1)
+                   if n[i:i + FRAGMENT] in text})
+
+
+def test_finding_details_redact_before_they_cut() -> None:
+    """``unknown_kind`` and ``logical_parent_missing`` quote 40 characters of the input:
+    redacted first, so no piece of a key is left past the cut."""
+    from ledgers import audit_bytes
+
+    from pipeline.audit import audit_session
+    from pipeline.layout import parse_session_path
+
+    b = LedgerBuilder()
+    b.header()
+    b.user("hi")
+    b.entry(LONG_KIND, {"note": "x"})
+    details = [f.detail for f in audit_bytes(b.to_bytes()).findings
+               if f.code.text == "unknown_kind"]
+    assert details and not fragments_leaked(str(details)), details
+    lines = [json.dumps({"uuid": "u1", "parentUuid": None, "logicalParentUuid": LONG_PARENT,
+                         "sessionId": "s1", "cwd": "/w", "type": "user",
+                         "timestamp": "2026-02-11T20:31:53.375Z",
+                         "message": {"role": "user", "content": "hello"}}).encode() + b"\n"]
+    key = parse_session_path("projects/-w/s1.jsonl")
+    assert key is not None
+    details = [f.detail for f in audit_session(key, lines).findings
+               if f.code.text == "logical_parent_missing"]
+    assert details and not fragments_leaked(str(details)), details
+
+
+def test_compaction_packets_redact_the_model_name() -> None:
+    from pipeline.compaction import PlannedPacket, packet_lines
+    from pipeline.summarise import Summary
+
+    fields = {f.name for f in dataclasses.fields(PlannedPacket)}
+    assert {"model", "summary"} <= fields
+    summary = Summary("the summary", 3, "cards", "v1")
+    packet = PlannedPacket(1, 2, "a", "b", 100, 10, summary, "t3/i1", "e", True, "",
+                           SECRETS["anthropic_key"][0])
+    [line] = packet_lines([packet], "s", head_id="h", head_hash="0" * 64, now_ns=10**18)
+    assert not leaked(line.decode())
+    assert orjson.loads(line)["model"] == "[REDACTED:anthropic_key]"
+
+
+@pytest.mark.parametrize("name", sorted(CARRIED))
+def test_the_carriers_found_in_issue_16(name: str) -> None:
+    text, _ = CARRIED[name]
+    for carrier in (text, json.dumps({"t": text}), f"... {text} ..."):
+        out = redact(carrier)
+        assert not fragments_leaked(out), (carrier, out)
 
 
 def test_tables_are_redacted_cell_by_cell_and_cut() -> None:
@@ -188,7 +276,8 @@ def stuffed_small() -> bytes:
                                    json.dumps({"model": s["slack_token"]})[1:-1].encode())
     head = head.replace(b'"provider":"ollama"', b'"provider":"' + s["jwt"].encode() + b'"')
     b.lines[0].data, b.tail_hash = head, hashlib.sha256(head).hexdigest()
-    b.user(f"deploy with {s['password']}", ident=s["github_token"])
+    b.user(f"deploy with {s['password']}; config: "
+           + " ".join(text for text, _ in CARRIED.values()), ident=s["github_token"])
     a = b.assistant("on it", tools=["call_0"], u=usage(120, 10), ident=s["anthropic_key"])
     b.receipt([attempt(0, u=usage(120, 10))], winning=0, parent=a)
     b.lines[-1].data = b.lines[-1].data.replace(b'"provider":"ollama"', json.dumps(
@@ -200,6 +289,7 @@ def stuffed_small() -> bytes:
     b.entry("activity", {"data": {}}, prev_hash=s["slack_token"])  # hash mismatch
     b.raw(f'{{"id":"{s["bearer_token"]}", "broken'.encode())  # damaged
     b.user(f"and {s['url_password']}")
+    b.entry(LONG_KIND, {"note": "x"})  # unknown kind, the key past the 40-character cut
     b.assistant("bye", u=usage(200, 5))
     return b.to_bytes()
 
@@ -213,7 +303,7 @@ def vakpipe(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 
 def parquet_text(path: Path) -> str:
     table = pq.read_table(path)
-    parts = []
+    parts: list[str] = []
     for column in table.columns:
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
             parts.extend(v for v in column.to_pylist() if v is not None)
@@ -315,6 +405,8 @@ def test_no_command_copies_a_secret_into_an_output_or_a_log(
         assert any(f"/{dataset}/" in f for f in files), dataset
     assert "[REDACTED:" in out and "Summary. Use [REDACTED:github_token]" in out
     assert not leaked(out), "a secret reached an output file"
+    assert not fragments_leaked(out), "part of a secret reached an output file"
     printed = "\n".join(logs)
     assert "request   t3/i1" in printed and "[REDACTED:" in printed
     assert not leaked(printed), "a secret was printed"
+    assert not fragments_leaked(printed), "part of a secret was printed"

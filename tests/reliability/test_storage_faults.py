@@ -299,7 +299,8 @@ def test_a_local_file_changed_after_the_listing_is_read_as_it_is_now(tmp_path: P
     grow(file, 3)
     result = audit_object(root, obj)
     assert result.row["bytes"] == file.stat().st_size != obj.size
-    assert result.row["etag"] == f"mtime:{file.stat().st_mtime!r}" != obj.etag
+    assert result.row["etag"].startswith(f"mtime:{file.stat().st_mtime!r};") \
+        and result.row["etag"] != obj.etag
     assert result.row["entries"] == 1 + 2 * 3 and result.row["status"] == "ok"
 
 
