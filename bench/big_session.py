@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -26,12 +25,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.rss import peak_rss_bytes
+
 MB = 1_000_000
-
-
-def peak_rss() -> int:
-    """This process's peak resident memory so far, in bytes (ru_maxrss is KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def measure(root: str, max_line_bytes: int | None) -> dict[str, Any]:
@@ -42,7 +38,7 @@ def measure(root: str, max_line_bytes: int | None) -> dict[str, Any]:
 
     location = resolve(root)
     listing = enumerate_sessions(location)
-    before = peak_rss()
+    before = peak_rss_bytes()
     t0 = time.perf_counter()
     result = redacted(audit_batch, location, 0, listing.sessions,
                       max_line_bytes=max_line_bytes or MAX_LINE_BYTES)
@@ -51,7 +47,7 @@ def measure(root: str, max_line_bytes: int | None) -> dict[str, Any]:
     findings = result.findings.select(["line", "code", "detail"]).to_pylist()[:100]
     return {"bytes": row["bytes"], "lines": row["lines"], "entries": row["entries"],
             "status": row["status"], "findings": findings, "seconds": seconds,
-            "rss_before": before, "rss_peak": peak_rss()}
+            "rss_before": before, "rss_peak": peak_rss_bytes()}
 
 
 def run_child(root: Path, max_line_bytes: int | None = None) -> dict[str, Any]:

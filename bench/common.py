@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import dask
 from distributed import Client, LocalCluster
 
+from bench.rss import peak_rss_bytes
 from pipeline.generate import generate_session
 from pipeline.io.fleet import write_fleet
 from pipeline.io.storage import resolve
@@ -99,11 +100,6 @@ def best_of(repeat: int, *fns: Callable[[], object],
     return [Timing(w, c) for w, c in zip(wall, used, strict=True)]
 
 
-def _peak_rss_bytes() -> int:
-    # ru_maxrss is in KiB on Linux: the peak resident size of this (worker) process.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 @contextmanager
 def cluster(workers: int) -> Iterator[tuple[str, Client]]:
     """A private LocalCluster of single-threaded worker processes; yields its address."""
@@ -118,4 +114,4 @@ def cluster(workers: int) -> Iterator[tuple[str, Client]]:
 
 def worker_peaks(client: Client) -> dict[str, Any]:
     """Peak RSS of every worker process, in bytes."""
-    return dict(client.run(_peak_rss_bytes))
+    return dict(client.run(peak_rss_bytes))

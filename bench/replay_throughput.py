@@ -34,7 +34,6 @@ import hashlib
 import json
 import math
 import pstats
-import resource
 import shutil
 import subprocess
 import sys
@@ -51,6 +50,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import BENCH_DIR, best_of, cluster, corpus_bytes, fleet, timed
+from bench.rss import peak_rss_bytes
 from pipeline.audit import audit_session
 from pipeline.catalog import load_catalog
 from pipeline.generate import generate_session
@@ -307,7 +307,7 @@ def measure_big(path: str) -> dict[str, Any]:
 
     key = parse_session_path(PLAIN_PATH)
     assert key is not None
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    before = peak_rss_bytes()
     t0 = time.perf_counter()
     stats = LineStats()
     with open(path, "rb", buffering=2**20) as f:
@@ -328,7 +328,7 @@ def measure_big(path: str) -> dict[str, Any]:
     return {"bytes": stats.bytes, "entries": audit.row["entries"],
             "turns": audit.row["turns"], "requests": len(getattr(result, "requests", ())),
             "audit_s": t1 - t0, "replay_s": t2 - t1, "rss_before": before,
-            "rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+            "rss_peak": peak_rss_bytes()}
 
 
 def big(mb: int) -> None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
-import uuid
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime
+from typing import Any
 
 import click
 import pyarrow as pa
@@ -30,8 +31,14 @@ from pipeline.costs import (
     spreadsheet_table,
     unknown_lines,
 )
-from pipeline.errors import UsageError
-from pipeline.io.commit import read_dataset, read_manifest
+from pipeline.errors import PipelineError, UsageError
+from pipeline.io.commit import (
+    MANIFEST,
+    check_vakpipe_output,
+    read_dataset,
+    read_manifest,
+    write_small_file,
+)
 from pipeline.io.storage import Location, storage_error, storage_errors
 from pipeline.partial import InputRun
 from pipeline.pricing import LayeredPriceTable, load_prices
@@ -40,6 +47,10 @@ from pipeline.text import terminal_safe
 #: Where the report goes under the run's output by default.
 REPORT_DIR = "cost"
 COSTS_PARQUET, COSTS_CSV, REPORT_HTML = "costs.parquet", "costs.csv", "report.html"
+#: The files a cost report writes (its manifest names them).
+REPORT_FILES = (COSTS_PARQUET, COSTS_CSV, REPORT_HTML)
+#: The ``kind`` of a cost report's ``_manifest.json`` (a run's has none).
+REPORT_KIND = "cost-report"
 
 
 @dataclass(frozen=True)
@@ -87,26 +98,92 @@ def _read(out: Location) -> tuple[pa.Table, pa.Table | None, pa.Table | None, In
         raise storage_error(err, out.url) from err
 
 
-def publish(dest: Location, files: dict[str, bytes]) -> list[str]:
-    """Write ``files`` under ``dest``, each under a temporary name first, then moved onto
-    its own (a reader never sees half a file; a failure leaves the old one)."""
-    fs = dest.filesystem()
-    token = uuid.uuid4().hex[:8]
+def publish(dest: Location, files: dict[str, bytes], *, run_id: str | None = None,
+            source: str | None = None, base: Location | None = None) -> list[str]:
+    """Commit a report's ``files`` under ``dest`` with a manifest of their own.
+
+    Each file is written under a temporary name and renamed onto its own
+    (:func:`~pipeline.io.commit.write_small_file`: no link followed, a reader never sees
+    half a file), then ``dest/_manifest.json`` names the files and the ``run_id`` they
+    describe (the report in force), then the files the previous report's manifest named
+    and this one does not are removed. ``base`` is the output every path must lie below
+    (``OUT`` for the default ``OUT/cost``; ``dest`` itself for ``--report-dir``). A
+    ``dest`` that holds other files than a report's is refused (``--force`` of the
+    runs does not apply: choose another ``--report-dir``).
+
+    Raises
+    ------
+    UnsafeOutputError
+        ``dest`` holds files of something else, or a link lies on the way.
+    StorageError
+        The storage failed; the previous manifest stays in force.
+    """
+    base = base or dest
+    check_vakpipe_output(dest, also=(*REPORT_FILES, MANIFEST))
+    previous = read_report_manifest(dest)
     written = []
     try:
-        dest.makedirs(dest.path)
         for name, data in files.items():
-            tmp = dest.join(f".{name}.{token}.tmp")
-            fs.pipe_file(tmp, data)
-            fs.mv(tmp, dest.join(name))
+            write_small_file(base, dest.join(name), data)
             # The URL as the user gave it (an S3 path without its s3:// is no address).
             written.append(f"{dest.url.rstrip('/')}/{name}")
+        manifest = {"kind": REPORT_KIND, "run_id": run_id, "source": source,
+                    "written_at": datetime.now(UTC).isoformat(), "files": sorted(files)}
+        write_small_file(base, dest.join(MANIFEST),
+                         json.dumps(manifest, indent=1, sort_keys=True).encode())
+        for name in sorted(set((previous or {}).get("files", ())) - set(files)):
+            base.check_inside(dest.join(name), leaf=False)
+            with contextlib.suppress(FileNotFoundError):
+                dest.filesystem().rm_file(dest.join(name))
     except storage_errors() as err:
-        for name in files:  # best effort: a stray temporary file is all that is left
-            with contextlib.suppress(*storage_errors()):
-                fs.rm(dest.join(f".{name}.{token}.tmp"))
+        if isinstance(err, PipelineError):
+            raise
         raise storage_error(err, dest.url) from err
     return written
+
+
+def read_report_manifest(dest: Location) -> dict[str, Any] | None:
+    """The manifest of the cost report under ``dest`` (``OUT/cost``), or ``None`` when
+    there is none or it is not one (a report of an older vakpipe, a damaged file)."""
+    failures: tuple[type[BaseException], ...] = (*storage_errors(), ValueError)
+    try:
+        raw = dest.filesystem().cat_file(dest.join(MANIFEST))
+        manifest = json.loads(raw)
+    except failures:
+        return None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if (not isinstance(manifest, dict) or manifest.get("kind") != REPORT_KIND
+            or not isinstance(files, list)
+            or not all(isinstance(f, str) and f in REPORT_FILES for f in files)):
+        return None
+    return manifest
+
+
+def stale_report_line(out: Location, dest: Location | None = None) -> str | None:
+    """``None`` when the cost report under ``dest`` (default ``OUT/cost``) describes the
+    run in force under ``out``; else the line saying it does not (a report of an older
+    run, or one with no manifest, sits beside a rerun). For readers of ``OUT/cost``.
+
+    Raises
+    ------
+    CorruptManifestError
+        The run's own manifest is not one vakpipe writes.
+    """
+    dest = dest or _default_dest(out)
+    run = read_manifest(out)
+    report = read_report_manifest(dest)
+    run_id = run.get("run_id") if run is not None else None
+    if report is None:
+        return f"{dest.url}: no cost report manifest; its files describe no known run"
+    if report.get("run_id") != run_id:
+        return (f"{dest.url}: the cost report describes run {report.get('run_id')}, not "
+                f"the run in force {run_id}: rerun `vakpipe cost {out.url}`")
+    return None
+
+
+def _default_dest(out: Location) -> Location:
+    return dataclasses.replace(out, url=f"{out.url.rstrip('/')}/{REPORT_DIR}",
+                               path=out.join(REPORT_DIR))
 
 
 def _table_bytes(table: pa.Table) -> tuple[bytes, bytes]:
@@ -207,11 +284,12 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
         hints=hint_counts(requests) if requests is not None else None,
         packets=packet_summary(compaction) if compaction is not None else None,
         partial=source.line() if source.partial else None)
+    prices.save_cache()  # the models priced: the next report need not import genai-prices
     parquet, csv = _table_bytes(grouped.table)
-    dest = report_dir or dataclasses.replace(
-        out, url=f"{out.url.rstrip('/')}/{REPORT_DIR}", path=out.join(REPORT_DIR))
+    dest = report_dir or _default_dest(out)
     files = publish(dest, {COSTS_PARQUET: parquet, COSTS_CSV: csv,
-                           REPORT_HTML: render(page).encode()})
+                           REPORT_HTML: render(page).encode()},
+                    run_id=run_id, source=out.url, base=out if report_dir is None else dest)
     return CostOutcome(dest.url, tuple(files), run_id, usage.num_rows, totals, grouped, copies,
                        source, empty)
 

@@ -20,7 +20,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.errors import UsageError
-from pipeline.io.commit import StagedRun, new_run_id, read_dataset, read_manifest
+from pipeline.io.commit import (
+    StagedRun,
+    check_vakpipe_output,
+    new_run_id,
+    read_dataset,
+    read_manifest,
+    write_small_file,
+)
 from pipeline.io.storage import Location, check_output, storage_error, storage_errors
 from pipeline.orchestrate import RunSummary, dask_client, run_audit, scheduler_address
 from pipeline.partial import InputRun
@@ -166,6 +173,8 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
     if (baseline is None) == (baseline_run is None):
         raise UsageError("give exactly one baseline: a rule set or a previous run")
     check_output(root, out)
+    # OUT/baseline and OUT/candidate are committed first: OUT itself is checked here.
+    check_vakpipe_output(out)
     thresholds = thresholds or Thresholds()
     base_loc, cand_loc = _below(out, BASELINE), _below(out, CANDIDATE)
     old: pa.Table | None = None
@@ -208,11 +217,8 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
     except BaseException:
         staged.abort()
         raise
-    try:
-        out.filesystem().pipe_file(out.join(SUMMARY_FILE),
-                                   json.dumps(report.as_dict(), indent=1).encode())
-    except storage_errors() as err:
-        raise storage_error(err, out.url) from err
+    write_small_file(out, out.join(SUMMARY_FILE),
+                     json.dumps(report.as_dict(), indent=1).encode())
     return report
 
 

@@ -608,6 +608,12 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
           and header.get("session_id") != key.session_id):
         findings.append(Finding(Code.SESSION_ID_MISMATCH, None, None,
                                 "file name does not name the transcript's session id"))
+    if key.parent_missing:
+        # Set at enumeration, which saw the whole listing: its usage is still this
+        # subagent's, but no parent row links it to a session.
+        findings.append(Finding(Code.SUBAGENT_PARENT_MISSING, None, None,
+                                f"the parent transcript {quote(key.parent or '', 160)} is "
+                                "not in the archive"))
     findings.sort(key=lambda f: (f.line is not None, f.line or 0))
     if fmt is not None:
         _merge_streamed(tree)

@@ -32,7 +32,48 @@ def _fail(err: PipelineError) -> None:
     sys.exit(EXIT_UNUSABLE)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group: every command runs inside one lifecycle, in one place.
+
+    A :class:`~pipeline.lifecycle.Reporter` (stage, progress bar or heartbeat) is in
+    force for the command; SIGINT and SIGTERM stop it cleanly (staging removed, cluster
+    closed, one line, exit 130 / 143); a :class:`~pipeline.errors.PipelineError` is one
+    ``vakpipe: error:`` line and exit 2. Commands need no handler of their own.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command inside the lifecycle."""
+        from pipeline import lifecycle
+
+        try:
+            with lifecycle.reporting(lifecycle.Reporter(heartbeat=DEFAULT_HEARTBEAT_S)), \
+                    lifecycle.handle_signals():
+                return super().invoke(ctx)
+        except PipelineError as err:
+            _fail(err)
+        except lifecycle.Interrupted as stop:
+            click.echo(stop.line(), err=True)
+            sys.exit(stop.exit_code)
+
+
+#: Seconds between heartbeat lines when stderr is not a terminal (``--heartbeat``).
+DEFAULT_HEARTBEAT_S = 30.0
+
+
+def _set_reporter(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        from pipeline import lifecycle
+
+        reporter = lifecycle.current()
+        if name == "json_lines":
+            reporter.json_lines = value == "json"
+        elif value is not None:
+            setattr(reporter, name, value or None)
+        return value
+    return store
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="vakpipe")
 def main() -> None:
     """Audit, replay and compact archives of vak session ledgers.
@@ -61,15 +102,27 @@ def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
 cluster_options = _options(
     click.option("--scheduler", envvar="DASK_SCHEDULER_ADDRESS", default=None,
                  help="Join an existing Dask scheduler (also DASK_SCHEDULER_ADDRESS)."),
-    click.option("--workers", type=click.IntRange(min=1), default=None,
-                 help="Workers of the local cluster (default: one per core)."),
+    click.option("--workers", type=click.IntRange(min=0), default=None,
+                 help="Workers of the local cluster (default: one per core; an archive "
+                      "under 32 MiB runs in this process, no cluster); 0: always in this "
+                      "process."),
     storage_option,
 )
 session_option = click.option(
     "--session", "session_ids", multiple=True, metavar="ID",
     help="Only the session with this id, its file name's stem (repeatable).")
-progress_option = click.option("--progress/--no-progress", default=None,
-                               help="Progress bar (default: on a tty).")
+progress_option = _options(
+    click.option("--progress/--no-progress", default=None, callback=_set_reporter("progress"),
+                 help="Progress bar labelled by stage (default: on a tty)."),
+    click.option("--heartbeat", type=click.FloatRange(min=0), default=DEFAULT_HEARTBEAT_S,
+                 show_default=True, metavar="SECONDS", expose_value=False,
+                 callback=_set_reporter("heartbeat"),
+                 help="Without a bar (stderr not a tty): a progress line every SECONDS "
+                      "(stage, sessions and bytes done, rate, ETA); 0: none."),
+    click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+                 show_default=True, expose_value=False, callback=_set_reporter("json_lines"),
+                 help="json: heartbeats and stage changes as JSON lines on stderr."),
+)
 what_if_options = _options(
     click.option("--planner", is_flag=True,
                  help="Replay under planner v1's plan instead of the recorded plan in force."),
@@ -90,7 +143,9 @@ scope_option = click.option("--scope", default=None,
 def force_option(f: F) -> F:
     """``--force`` on a command that commits: a corrupt ``OUT/_manifest.json`` is set
     aside as ``_manifest.json.corrupt-<run_id>`` instead of stopping the run (exit 2),
-    and nothing it names is deleted (see :func:`pipeline.io.commit.recovering_manifests`).
+    and nothing it names is deleted (see :func:`pipeline.io.commit.recovering_manifests`);
+    a non-empty ``OUT`` that is not a vakpipe output is accepted
+    (:func:`pipeline.io.commit.check_vakpipe_output`).
     """
     @functools.wraps(f)
     def run_forced(*args: Any, force: bool, **kwargs: Any) -> Any:
@@ -102,7 +157,8 @@ def force_option(f: F) -> F:
     option = click.option(
         "--force", is_flag=True,
         help="Set a corrupt OUT/_manifest.json aside (as _manifest.json.corrupt-<run>) "
-             "instead of stopping; nothing it names is deleted.")
+             "instead of stopping; nothing it names is deleted. Also accepts an OUT that "
+             "holds other files (not a vakpipe output).")
     return option(run_forced)  # type: ignore[return-value]
 
 
@@ -185,18 +241,14 @@ def audit(root: str, out: str, scheduler: str | None, workers: int | None,
     """Verify every session ledger under ROOT and write integrity tables under OUT."""
     from jobs.audit import audit_job, print_summary
 
-    try:
-        options = parse_storage_options(storage_options)
-        replay_opts = None
-        if replay or planner or scope or window or catalog_path or rules != "v1":
-            replay_opts = _replay_options(rules, planner, catalog_path, window, scope,
-                                          max_line_bytes)
-        summary = audit_job(resolve(root, options), resolve(out, options),
-                            scheduler=scheduler, workers=workers, progress=progress,
-                            replay=replay_opts, max_line_bytes=max_line_bytes)
-    except PipelineError as err:
-        _fail(err)
-        return
+    options = parse_storage_options(storage_options)
+    replay_opts = None
+    if replay or planner or scope or window or catalog_path or rules != "v1":
+        replay_opts = _replay_options(rules, planner, catalog_path, window, scope,
+                                      max_line_bytes)
+    summary = audit_job(resolve(root, options), resolve(out, options),
+                        scheduler=scheduler, workers=workers, progress=progress,
+                        replay=replay_opts, max_line_bytes=max_line_bytes)
     print_summary(summary)
     _exit_on(fail_on, summary)
 
@@ -213,7 +265,25 @@ def _exit_on(fail_on: str | None, summary: RunSummary) -> None:
     statuses: Mapping[str, int] = summary.statuses
     worst = {"error": ("error",), "warning": ("error", "warning")}.get(fail_on or "", ())
     if any(statuses.get(s) for s in worst):
+        click.echo(fail_on_line(fail_on or "", summary, worst), err=True)
         sys.exit(EXIT_FINDINGS)
+
+
+def fail_on_line(fail_on: str, summary: RunSummary, severities: tuple[str, ...]) -> str:
+    """Why ``--fail-on`` matched: sessions by status, findings of those severities by
+    code (most first), and the first few sessions (escaped)."""
+    from pipeline.io.storage import printable
+
+    sessions = ", ".join(f"{summary.statuses[s]:,} {s}" for s in severities
+                         if summary.statuses.get(s))
+    codes = sorted(((n, code) for (sev, code), n in summary.severity_codes.items()
+                    if sev in severities), key=lambda nc: (-nc[0], nc[1]))
+    shown = ", ".join(f"{code} {n:,}" for n, code in codes[:8])
+    more = f", +{len(codes) - 8} more codes" if len(codes) > 8 else ""
+    examples = sorted(p for s in severities for p in summary.status_examples.get(s, []))[:3]
+    eg = "; e.g. " + ", ".join(printable(p, 120) for p in examples) if examples else ""
+    return (f"vakpipe: --fail-on {fail_on} matched: sessions {sessions}"
+            f"{'; findings ' + shown + more if shown else ''}{eg}")
 
 
 @main.command()
@@ -237,16 +307,12 @@ def replay(root: str, out: str, session_ids: tuple[str, ...], rules: str, planne
     """
     from jobs.replay import print_replay_summary, replay_job
 
-    try:
-        options = parse_storage_options(storage_options)
-        summary = replay_job(resolve(root, options), resolve(out, options),
-                             _replay_options(rules, planner, catalog_path, window, scope,
-                                             max_line_bytes),
-                             sessions=frozenset(session_ids) or None, scheduler=scheduler,
-                             workers=workers, progress=progress)
-    except PipelineError as err:
-        _fail(err)
-        return
+    options = parse_storage_options(storage_options)
+    summary = replay_job(resolve(root, options), resolve(out, options),
+                         _replay_options(rules, planner, catalog_path, window, scope,
+                                         max_line_bytes),
+                         sessions=frozenset(session_ids) or None, scheduler=scheduler,
+                         workers=workers, progress=progress)
     print_replay_summary(summary)
     _exit_on(None, summary)
 
@@ -268,14 +334,10 @@ def show(session: str, scope: str, rules: str, planner: bool, catalog_path: str 
     """
     from jobs.replay import show_job
 
-    try:
-        text = show_job(session, scope,
-                        _replay_options(rules, planner, catalog_path, window, None,
-                                        max_line_bytes),
-                        storage_options=parse_storage_options(storage_options), full=full)
-    except PipelineError as err:
-        _fail(err)
-        return
+    text = show_job(session, scope,
+                    _replay_options(rules, planner, catalog_path, window, None,
+                                    max_line_bytes),
+                    storage_options=parse_storage_options(storage_options), full=full)
     click.echo(text)
 
 
@@ -321,21 +383,17 @@ def nightly(root: str, out: str, day: datetime | None, compaction: bool,
     from pipeline.compaction import CompactionOptions
     from pipeline.summarise import get_summariser
 
-    try:
-        options = parse_storage_options(storage_options)
-        replay_opts = _replay_options(rules, planner, catalog_path, window, None,
-                                      max_line_bytes)
-        if compaction:
-            replay_opts = dataclasses.replace(
-                replay_opts, compaction=CompactionOptions(get_summariser("cards")))
-        summary = nightly_job(resolve(root, options), resolve(out, options), replay_opts,
-                              day=day.date() if day else None, scheduler=scheduler,
-                              workers=workers, progress=progress,
-                              baseline_day=baseline_day.date() if baseline_day else None,
-                              rebaseline=rebaseline)
-    except PipelineError as err:
-        _fail(err)
-        return
+    options = parse_storage_options(storage_options)
+    replay_opts = _replay_options(rules, planner, catalog_path, window, None,
+                                  max_line_bytes)
+    if compaction:
+        replay_opts = dataclasses.replace(
+            replay_opts, compaction=CompactionOptions(get_summariser("cards")))
+    summary = nightly_job(resolve(root, options), resolve(out, options), replay_opts,
+                          day=day.date() if day else None, scheduler=scheduler,
+                          workers=workers, progress=progress,
+                          baseline_day=baseline_day.date() if baseline_day else None,
+                          rebaseline=rebaseline)
     print_nightly_summary(summary)
     _exit_on(fail_on, summary.run)
 
@@ -383,29 +441,28 @@ def compact(root: str, out: str, window: int | None, what_if_model: str | None,
     from pipeline.compaction import CompactionOptions
     from pipeline.summarise import get_summariser
 
-    try:
-        if window is not None and what_if_model is not None:
-            raise UsageError("--window and --model are two what-ifs: give one")
-        if summariser == "http":
-            if not summariser_url:
-                raise UsageError("--summariser http needs --summariser-url")
-            writer = get_summariser("http", url=summariser_url,
-                                    model=summariser_model or what_if_model or "")
-        else:
-            writer = get_summariser("cards")
-        options = parse_storage_options(storage_options)
-        replay_opts = _replay_options(rules, True, catalog_path, window, None, max_line_bytes)
-        if what_if_model is not None and replay_opts.catalog.lookup(what_if_model) is None:
-            raise UsageError(f"--model {what_if_model!r} is not in the model catalog")
-        summary = compact_job(
-            resolve(root, options), resolve(out, options), replay_opts,
-            CompactionOptions(writer, window=window, model=what_if_model,
-                              summary_tokens=summary_tokens),
-            write_archive=write_archive, sessions=frozenset(session_ids) or None,
-            scheduler=scheduler, workers=workers, progress=progress)
-    except PipelineError as err:
-        _fail(err)
-        return
+    if window is not None and what_if_model is not None:
+        raise UsageError("--window and --model are two what-ifs: give one")
+    if summariser == "http":
+        if not summariser_url:
+            raise UsageError("--summariser http needs --summariser-url")
+        writer = get_summariser("http", url=summariser_url,
+                                model=summariser_model or what_if_model or "")
+        probe = getattr(writer, "probe", None)
+        if probe is not None:
+            probe()  # an unreachable endpoint is a setup error, before any read
+    else:
+        writer = get_summariser("cards")
+    options = parse_storage_options(storage_options)
+    replay_opts = _replay_options(rules, True, catalog_path, window, None, max_line_bytes)
+    if what_if_model is not None and replay_opts.catalog.lookup(what_if_model) is None:
+        raise UsageError(f"--model {what_if_model!r} is not in the model catalog")
+    summary = compact_job(
+        resolve(root, options), resolve(out, options), replay_opts,
+        CompactionOptions(writer, window=window, model=what_if_model,
+                          summary_tokens=summary_tokens),
+        write_archive=write_archive, sessions=frozenset(session_ids) or None,
+        scheduler=scheduler, workers=workers, progress=progress)
     print_compaction_summary(summary)
     _exit_on(None, summary)
 
@@ -448,27 +505,23 @@ def regress(root: str, out: str, baseline: str | None, candidate: str,
     from jobs.regression_check import print_regression, regression_job
     from pipeline.regress import Thresholds, parse_change_limit
 
-    try:
-        if baseline is not None and baseline_run is not None:
-            raise UsageError("--baseline and --baseline-run name two baselines: give one")
-        options = parse_storage_options(storage_options)
-        thresholds = Thresholds(
-            parse_change_limit(max_changed) if max_changed is not None else None,
-            max_new_overflows)
-        # Both replays read through the same line limit (it travels in their options).
-        base_opts = (None if baseline_run is not None
-                     else _replay_options(baseline or "v1", planner, catalog_path, window, None,
-                                          max_line_bytes))
-        report = regression_job(
-            resolve(root, options), resolve(out, options),
-            _replay_options(candidate, planner, catalog_path, window, None, max_line_bytes),
-            baseline=base_opts,
-            baseline_run=resolve(baseline_run, options) if baseline_run is not None else None,
-            thresholds=thresholds, sessions=frozenset(session_ids) or None,
-            scheduler=scheduler, workers=workers, progress=progress)
-    except PipelineError as err:
-        _fail(err)
-        return
+    if baseline is not None and baseline_run is not None:
+        raise UsageError("--baseline and --baseline-run name two baselines: give one")
+    options = parse_storage_options(storage_options)
+    thresholds = Thresholds(
+        parse_change_limit(max_changed) if max_changed is not None else None,
+        max_new_overflows)
+    # Both replays read through the same line limit (it travels in their options).
+    base_opts = (None if baseline_run is not None
+                 else _replay_options(baseline or "v1", planner, catalog_path, window, None,
+                                      max_line_bytes))
+    report = regression_job(
+        resolve(root, options), resolve(out, options),
+        _replay_options(candidate, planner, catalog_path, window, None, max_line_bytes),
+        baseline=base_opts,
+        baseline_run=resolve(baseline_run, options) if baseline_run is not None else None,
+        thresholds=thresholds, sessions=frozenset(session_ids) or None,
+        scheduler=scheduler, workers=workers, progress=progress)
     print_regression(report)
     if report.partial and not allow_partial:
         sys.exit(EXIT_PARTIAL)  # before the thresholds: a partial comparison proves nothing
@@ -477,7 +530,10 @@ def regress(root: str, out: str, baseline: str | None, candidate: str,
 
 
 @main.command()
-@click.argument("out")
+@click.argument("source", metavar="OUT|ROOT")
+@click.option("--out", "run_out", default=None,
+              help="SOURCE is an archive: audit it into this output first (in this process "
+                   "when small), then price that run (its report under OUT/cost).")
 @click.option("--since", type=click.DateTime(["%Y-%m-%d"]), default=None,
               help="First day (UTC, inclusive) to price.")
 @click.option("--until", type=click.DateTime(["%Y-%m-%d"]), default=None,
@@ -494,8 +550,8 @@ def regress(root: str, out: str, baseline: str | None, candidate: str,
 @click.option("--allow-partial", is_flag=True,
               help="Exit 0 when the priced run is partial (still said; default: exit 3).")
 @storage_option
-def cost(out: str, since: datetime | None, until: datetime | None, by_text: str,
-         prices_path: str | None, report_dir: str | None, fail_on: str | None,
+def cost(source: str, run_out: str | None, since: datetime | None, until: datetime | None,
+         by_text: str, prices_path: str | None, report_dir: str | None, fail_on: str | None,
          allow_partial: bool, storage_options: tuple[str, ...]) -> None:
     """Price the usage of the run committed under OUT: billed, effective and wasted USD.
 
@@ -503,19 +559,31 @@ def cost(out: str, since: datetime | None, until: datetime | None, by_text: str,
     self-contained file) under OUT/cost or --report-dir. Models the price table does not
     know are named on stderr and never priced silently; --fail-on unpriced makes them
     exit 1.
+
+    \b
+    In one step from an archive: vakpipe cost ROOT --out OUT audits ROOT into OUT (as
+    vakpipe audit ROOT --out OUT does), then prices that run.
     """
     from jobs.cost_report import cost_job, print_cost_summary, unpriced_failure
     from pipeline.costs import parse_by
 
-    try:
-        options = parse_storage_options(storage_options)
-        outcome = cost_job(resolve(out, options), by=parse_by(by_text),
-                           since=since.date() if since else None,
-                           until=until.date() if until else None, prices_path=prices_path,
-                           report_dir=resolve(report_dir, options) if report_dir else None)
-    except PipelineError as err:
-        _fail(err)
-        return
+    options = parse_storage_options(storage_options)
+    out = resolve(source, options)
+    by = parse_by(by_text)
+    if run_out is not None:
+        from jobs.audit import audit_job, print_summary
+        from pipeline.io.commit import read_manifest
+
+        if since is not None and until is not None and since > until:  # before the audit
+            raise UsageError(f"--since {since.date()} is after --until {until.date()}")
+        if read_manifest(out) is not None:
+            raise UsageError(f"{source} is a run's output, not an archive: price it with "
+                             f"`vakpipe cost {source}` (--out is for an archive)")
+        out = resolve(run_out, options)
+        print_summary(audit_job(resolve(source, options), out))
+    outcome = cost_job(out, by=by, since=since.date() if since else None,
+                       until=until.date() if until else None, prices_path=prices_path,
+                       report_dir=resolve(report_dir, options) if report_dir else None)
     print_cost_summary(outcome)
     if outcome.partial and not allow_partial:
         sys.exit(EXIT_PARTIAL)  # before --fail-on: figures of a partial run prove nothing
@@ -530,18 +598,19 @@ def cost(out: str, since: datetime | None, until: datetime | None, by_text: str,
 @click.option("--sessions", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--faults/--no-faults", default=False, help="Inject one fault into some sessions.")
+@click.option("--force", is_flag=True,
+              help="Write into a folder that is not empty (adds sessions; replaces "
+                   "ground-truth.json).")
 @storage_option
-def generate(out: str, sessions: int, seed: int, faults: bool,
+def generate(out: str, sessions: int, seed: int, faults: bool, force: bool,
              storage_options: tuple[str, ...]) -> None:
-    """Write a synthetic fleet in vak's wire format under OUT, with its ground truth."""
+    """Write a synthetic fleet in vak's wire format under OUT (an empty folder, unless
+    --force), with its ground truth."""
     from pipeline.io.fleet import write_fleet
 
-    try:
-        loc = resolve(out, parse_storage_options(storage_options))
-        written = write_fleet(loc, sessions=sessions, seed=seed, faults=faults)
-    except PipelineError as err:
-        _fail(err)
-        return
+    loc = resolve(out, parse_storage_options(storage_options))
+    written = write_fleet(loc, sessions=sessions, seed=seed, faults=faults,
+                          exclusive=not force)
     click.echo(f"wrote {written.sessions} sessions, {written.bytes:,} bytes under {out}; "
                f"ground truth: {written.truth_path}")
 
@@ -555,10 +624,7 @@ def demo(sessions: int, seed: int, out: str, workers: int | None) -> None:
     """Start a local S3 endpoint, upload a generated fleet, audit it, print a summary."""
     from pipeline.demo import run_demo
 
-    try:
-        run_demo(sessions=sessions, seed=seed, out=out, workers=workers)
-    except PipelineError as err:
-        _fail(err)
+    run_demo(sessions=sessions, seed=seed, out=out, workers=workers)
 
 
 def run(argv: list[str] | None = None) -> Any:

@@ -1,6 +1,6 @@
-"""The cost report as one self-contained HTML page. Pure (pyarrow and plotly only).
+"""The cost report as one self-contained HTML page. Pure (pyarrow, and plotly's files).
 
-The charts are plotly's, with plotly.js inlined once in the page: the report opens
+The charts are plotly.js charts, with plotly.js inlined once in the page: the report opens
 offline, from a file or an object store, with no CDN. Tables are plain HTML, each in a
 box that scrolls sideways rather than past the page's right edge.
 
@@ -167,7 +167,15 @@ def _table(rows: list[dict[str, Any]], columns: Sequence[str], *, full: bool = F
 
 
 class _Charts:
-    """Plotly figures as HTML fragments; plotly.js goes into the first one only."""
+    """Bar charts as HTML fragments, written as plotly's ``Figure.to_html`` writes them
+    (plotly.js, from the installed plotly package, goes into the first one only).
+
+    The figure's JSON is built here rather than by plotly's Python objects: importing and
+    validating those took ~0.35 s of a small report's run. The fragment is plotly's to
+    the byte but for the order of the keys inside the ``plotly_white`` template (read from
+    plotly's own template file); tests/test_cost_html_charts.py checks that against
+    plotly itself.
+    """
 
     def __init__(self) -> None:
         self.n = 0
@@ -177,30 +185,92 @@ class _Charts:
              log_y: bool = False, counts: bool = False) -> str:
         """A stacked bar chart; ``colours`` by series name, ``log_y`` a log-scaled
         value axis (bars start below 1), ``counts`` the value printed on each bar."""
-        import plotly.graph_objects as go  # heavy: only when a report is drawn
-
         # Plotly renders a subset of HTML in trace names, tick labels, titles and hover
         # text (links included): a model name is data, so its markup is escaped.
         colours = colours or {}
-        fig = go.Figure([
-            go.Bar(name=html_text(name), x=[html_text(v) for v in x],
-                   # a zero on a log axis has no height: left out, not drawn at 1
-                   y=[v if v or not log_y else None for v in y],
-                   marker_color=colours.get(name),
-                   **({"texttemplate": "%{y:,}", "textposition": "outside",
-                       "cliponaxis": False} if counts else {}))
-            for name, y in series.items()])
-        fig.update_layout(title=html_text(title), barmode="stack", template="plotly_white",
-                          height=380, yaxis_title=y_title, legend_title_text="",
-                          margin={"t": 50, "b": 40, "l": 60, "r": 20})
+        data = []
+        for name, y in series.items():
+            trace: dict[str, Any] = {
+                "name": html_text(name), "x": [html_text(v) for v in x],
+                # a zero on a log axis has no height: left out, not drawn at 1
+                "y": [v if v or not log_y else None for v in y]}
+            if colours.get(name) is not None:
+                trace["marker"] = {"color": colours[name]}
+            if counts:
+                trace.update(texttemplate="%{y:,}", textposition="outside", cliponaxis=False)
+            # plotly writes a trace's properties sorted, its type last
+            data.append({**dict(sorted(trace.items())), "type": "bar"})
+        yaxis: dict[str, Any] = {"title": {"text": y_title}}
         if log_y:
             top = max((v for y in series.values() for v in y), default=1.0) or 1.0
             # From 0.5 (so a bar of 1 shows) to room above the tallest bar for its label.
-            fig.update_yaxes(type="log", range=[math.log10(0.5), math.log10(top * 3)],
-                             dtick=1)
+            yaxis.update(type="log", range=[math.log10(0.5), math.log10(top * 3)], dtick=1)
+        layout = {"template": _plotly_asset("templates/plotly_white.json", json=True),
+                  "legend": {"title": {"text": ""}},
+                  "margin": {"t": 50, "b": 40, "l": 60, "r": 20},
+                  "title": {"text": html_text(title)}, "barmode": "stack", "height": CHART_HEIGHT,
+                  "yaxis": yaxis}
         self.n += 1
-        return str(fig.to_html(full_html=False, include_plotlyjs=self.n == 1,
-                               div_id=f"chart-{self.n}", config={"displaylogo": False}))
+        return _figure_html(f"chart-{self.n}", data, layout, with_plotlyjs=self.n == 1)
+
+
+#: Pixel height of a chart.
+CHART_HEIGHT = 380
+
+
+def _plotly_asset(name: str, *, json: bool = False) -> Any:
+    """A file of the installed plotly's ``package_data`` (plotly.js, a template), read
+    without importing plotly."""
+    import importlib.util
+    import json as json_module
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the cost report's charts need plotly: pip install plotly")
+    text = (Path(spec.submodule_search_locations[0]) / "package_data" / name).read_text(
+        encoding="utf-8")
+    return json_module.loads(text) if json else text
+
+
+def _plotly_json(obj: Any) -> str:
+    """``obj`` as plotly's ``to_json_plotly`` writes it (orjson when installed, as plotly
+    chooses, else the json module), with the characters unsafe in a script escaped."""
+    swaps = [("<", "\\u003c"), (">", "\\u003e"), ("/", "\\u002f")]
+    try:
+        import orjson
+    except ImportError:
+        import json
+
+        text = json.dumps(obj, separators=(",", ":"))
+    else:
+        text = orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+                            ).decode("utf8")
+        swaps += [("\u2028", "\\u2028"), ("\u2029", "\\u2029")]
+    for unsafe, safe in swaps:
+        text = text.replace(unsafe, safe)
+    return text
+
+
+def _figure_html(div_id: str, data: list[dict[str, Any]], layout: dict[str, Any], *,
+                 with_plotlyjs: bool) -> str:
+    """plotly's ``to_html(full_html=False, include_plotlyjs=with_plotlyjs,
+    div_id=div_id, config={"displaylogo": False})`` of the figure ``data``, ``layout``."""
+    load = ("        <script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>\n"
+            f"        <script>{_plotly_asset('plotly.min.js')}</script>    "
+            if with_plotlyjs else "")
+    script = (f'                if (document.getElementById("{div_id}")) {{'
+              "                    Plotly.newPlot("
+              f'                        "{div_id}",'
+              f"                        {_plotly_json(data)},"
+              f"                        {_plotly_json(layout)},"
+              '                        {"displaylogo": false, "responsive": true}'
+              "                    )                }")
+    return (f'<div style="height:{layout["height"]}px; width:100%;">                '
+            f'{load}            <div id="{div_id}" class="plotly-graph-div" '
+            'style="height:100%; width:100%;"></div>            <script>'
+            "                window.PLOTLYENV=window.PLOTLYENV || {};                "
+            f"{script};            </script>        </div>")
 
 
 def _daily_by_model(report: CostReport, charts: _Charts) -> str:

@@ -3,9 +3,10 @@
 A local S3 endpoint (moto's server on 127.0.0.1), a generated fleet uploaded to it, the
 audit on a LocalCluster of processes, and a summary; then two compaction what-ifs on the
 same cluster: the packets each session's bound model needs, and those it would need with
-half its window. The tables are written to local folders so they outlive the endpoint:
-the audit's under ``OUT``, each what-if's in a sibling folder (``OUT-compaction-bound``,
-``OUT-compaction-half``), never inside ``OUT``, whose commit owns every file there.
+half its window. The tables are written to local folders so they outlive the endpoint,
+every one of them under ``OUT`` and nothing beside it: the audit's in ``OUT/audit``,
+each what-if's in ``OUT/compaction-bound`` and ``OUT/compaction-half`` (each a run's
+output, committed by its own manifest).
 """
 
 from __future__ import annotations
@@ -26,9 +27,18 @@ BUCKET = "vakpipe-demo"
 WHAT_IFS = (("bound", 1.0, "at the bound window"), ("half", 0.5, "at half the bound window"))
 
 
+#: The audit's folder under the demo's ``--out``.
+AUDIT_DIR = "audit"
+
+
+def audit_out(out: str) -> str:
+    """The folder under ``out`` that the audit writes to."""
+    return f"{out.rstrip('/')}/{AUDIT_DIR}"
+
+
 def compaction_out(out: str, name: str) -> str:
-    """The sibling folder of ``out`` that the ``name`` what-if writes to."""
-    return f"{out.rstrip('/')}-compaction-{name}"
+    """The folder under ``out`` that the ``name`` what-if writes to."""
+    return f"{out.rstrip('/')}/compaction-{name}"
 
 
 def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
@@ -40,8 +50,8 @@ def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
     sessions, seed:
         The generated fleet (with injected faults).
     out:
-        Local folder of the audit's tables; the compaction what-ifs go to
-        :func:`compaction_out` siblings of it.
+        Local folder of the results: the audit's tables in :func:`audit_out`, the
+        compaction what-ifs' in :func:`compaction_out` (nothing is written beside it).
     workers:
         LocalCluster size (default: one per core).
     """
@@ -56,12 +66,13 @@ def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
         # workers inherit the endpoint's settings): a cluster start costs seconds.
         with dask_client(None, workers) as client:
             address = str(client.scheduler_info()["address"])
-            summary = audit_job(archive, resolve(out), scheduler=address)
+            summary = audit_job(archive, resolve(audit_out(out)), scheduler=address)
             print_summary(summary)
             click.echo("compaction what-ifs (planner v1, summaries from the turn cards):")
             for name, scale, label in WHAT_IFS:
                 _what_if(archive, compaction_out(out, name), scale, label, address)
-    click.echo(f"results: {resolve(out).path} (Parquet; _manifest.json lists the run)")
+    click.echo(f"results: {resolve(out).path} (Parquet under audit/, compaction-bound/, "
+               "compaction-half/; each folder's _manifest.json lists its run)")
 
 
 def _what_if(archive: Location, out: str, scale: float, label: str, scheduler: str) -> None:

@@ -6,6 +6,10 @@ transcripts of other agents synced beside it, under any prefix:
 ``[…/]projects/<dir>/<session>/subagents/agent-<id>.jsonl`` (Claude Code),
 ``[…/]sessions/YYYY/MM/DD/rollout-<time>-<session>.jsonl`` (Codex CLI). The path only
 makes an object a candidate: its content decides how it is read.
+
+Any of them may be compressed: ``.jsonl.gz`` (gzip) or ``.jsonl.zst`` (zstd). A root that
+holds none of these layouts is read flat (:func:`flat_session_key`): a single ledger
+file, or a folder of ledgers and transcripts, each keyed from its content's format.
 """
 
 from __future__ import annotations
@@ -42,6 +46,14 @@ class SessionKey:
     session_id: str
     #: The session file a subagent transcript belongs to (Claude Code), else ``None``.
     parent: str | None = None
+    #: A subagent transcript whose parent file the listing does not hold (set at
+    #: enumeration, which sees the whole listing; the audit reports it).
+    parent_missing: bool = False
+
+    @property
+    def compression(self) -> str | None:
+        """``gzip`` or ``zstd`` for a compressed ledger (by its name), else ``None``."""
+        return compression_of(self.path)
 
     @property
     def subagent(self) -> str | None:
@@ -51,6 +63,15 @@ class SessionKey:
 
 CLAUDE_CODE = "claude-code"
 CODEX = "codex"
+#: The agent of a vak ledger read flat whose header names none.
+VAK_AGENT = "vak"
+#: Ledger file suffixes: plain, and compressed as fsspec names the codec.
+SUFFIXES: dict[str, str | None] = {".jsonl": None, ".jsonl.gz": "gzip", ".jsonl.zst": "zstd"}
+#: The layouts an archive root may hold, as an error message lists them.
+LAYOUTS = ("agents/<agent>/sessions/<cwd hash>/<session>.jsonl (vak), "
+           "[.../]projects/<dir>/<session>.jsonl (Claude Code), "
+           "[.../]sessions/YYYY/MM/DD/rollout-*.jsonl (Codex), or a single ledger file or a "
+           "flat folder of them (.jsonl, .jsonl.gz, .jsonl.zst)")
 #: The session id (a UUID) a Codex rollout's file name ends with.
 _ROLLOUT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
@@ -66,22 +87,23 @@ def parse_session_path(relative: str) -> SessionKey | None:
     the project directory or the day as ``cwd_hash``.
     """
     parts = relative.split("/")
-    name = parts[-1]
-    if not name.endswith(".jsonl") or len(name) <= len(".jsonl"):
+    stem = ledger_stem(parts[-1])
+    if stem is None:
         return None
     # Keys are data, never paths to follow: a dot segment or a control character
     # (NUL, newline) would let a hostile key point elsewhere on a local filesystem.
     for segment in parts:
         if segment in ("", ".", "..") or any(ord(c) < 0x20 or c == "\\" for c in segment):
             return None
-    stem = name[: -len(".jsonl")]
     if len(parts) == 5 and parts[0] == "agents" and parts[2] == "sessions":
         return SessionKey(relative, parts[1], parts[3], stem)
     if len(parts) >= 3 and parts[-3] == "projects":
         return SessionKey(relative, CLAUDE_CODE, parts[-2], stem)
     if (len(parts) >= 5 and parts[-5] == "projects" and parts[-2] == "subagents"
             and stem.startswith("agent-") and len(stem) > len("agent-")):
-        parent = "/".join([*parts[:-3], parts[-3] + ".jsonl"])
+        # The parent transcript is stored as its subagents are (compressed or not).
+        suffix = parts[-1][len(stem):]
+        parent = "/".join([*parts[:-3], parts[-3] + suffix])
         return SessionKey(relative, CLAUDE_CODE, parts[-4], stem[len("agent-"):], parent)
     if len(parts) >= 5 and parts[-5] == "sessions" and stem.startswith("rollout-"):
         day = parts[-4:-1]
@@ -89,6 +111,70 @@ def parse_session_path(relative: str) -> SessionKey | None:
             found = _ROLLOUT_ID.search(stem)
             return SessionKey(relative, CODEX, "-".join(day), found.group(0) if found else stem)
     return None
+
+
+def ledger_stem(name: str) -> str | None:
+    """The stem of a ledger file name (``x`` of ``x.jsonl``, ``x.jsonl.gz``,
+    ``x.jsonl.zst``), else ``None``."""
+    for suffix in SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return None
+
+
+def compression_of(path: str) -> str | None:
+    """The codec of a ledger path by its suffix (``gzip``, ``zstd``), else ``None``."""
+    for suffix, codec in SUFFIXES.items():
+        if codec is not None and path.endswith(suffix):
+            return codec
+    return None
+
+
+#: A Codex rollout's day in its file name (``rollout-2025-10-01T12-00-00-<uuid>``).
+_ROLLOUT_DAY = re.compile(r"rollout-(\d{4}-\d{2}-\d{2})T")
+
+
+def flat_session_key(relative: str, folder: str, source: str,
+                     header: dict[str, object] | None = None) -> SessionKey | None:
+    """The key of a ledger read flat (a single file given as the root, or a file of a
+    folder in none of the layouts), from its content's format (docs/formats.md).
+
+    Parameters
+    ----------
+    relative:
+        The file's path relative to the root (its name; for a single file, its name).
+    folder:
+        The name of the folder holding the file (for Claude Code's project directory).
+    source:
+        ``vak``, ``claude-code`` or ``codex``: what the formats package sniffed.
+    header:
+        A vak ledger's first line, parsed (its ``agent`` and ``cwd``), if it is a header.
+
+    Returns
+    -------
+    SessionKey or None
+        ``agent``, ``cwd_hash`` and ``session_id`` as the layout would give them: a vak
+        ledger's agent (``vak`` unless its header names one) and the FNV-1a of its
+        header's ``cwd``; Claude Code's folder name; a Codex rollout's day and UUID.
+        ``None`` when the name is no plain ledger name.
+    """
+    name = relative.rsplit("/", 1)[-1]
+    stem = ledger_stem(name)
+    if stem is None or any(ord(c) < 0x20 or c == "\\" for c in relative) \
+            or any(p in ("", ".", "..") for p in relative.split("/")):
+        return None
+    if source == CODEX:
+        found = _ROLLOUT_ID.search(stem)
+        day = _ROLLOUT_DAY.match(stem)
+        return SessionKey(relative, CODEX, day.group(1) if day else "-",
+                          found.group(0) if found else stem)
+    if source == CLAUDE_CODE:
+        return SessionKey(relative, CLAUDE_CODE, folder or "-", stem)
+    head = header or {}
+    agent = head.get("agent")
+    cwd = head.get("cwd")
+    return SessionKey(relative, agent if isinstance(agent, str) and agent else VAK_AGENT,
+                      cwd_hash(cwd) if isinstance(cwd, str) else "-", stem)
 
 
 def session_path(agent: str, cwd: str, session_id: str) -> str:

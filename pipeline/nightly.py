@@ -33,18 +33,18 @@ from pipeline.io.commit import (
     new_run_id,
     read_dataset,
     read_manifest,
+    write_small_file,
 )
 from pipeline.io.storage import (
     Listing,
     Location,
-    enumerate_sessions,
     printable,
     storage_error,
     storage_errors,
 )
 from pipeline.io.tables import findings_table, schemas_digest, sessions_table
 from pipeline.layout import SessionKey, parse_session_path
-from pipeline.orchestrate import RunSummary, check_locations, execute_run
+from pipeline.orchestrate import RunSummary, check_locations, execute_run, list_sessions
 from pipeline.partitions import not_audited
 from pipeline.replay_partitions import ReplayOptions
 
@@ -325,7 +325,7 @@ def run_nightly(
     fingerprint = options_fingerprint(options)
     same_options = baseline is not None and \
         (_manifest(baseline) or {}).get("options") == fingerprint
-    listing = enumerate_sessions(root)
+    listing = list_sessions(root)
     to_read, unchanged = [], set()
     changes: Counter[str] = Counter()
     for obj in listing.sessions:
@@ -361,9 +361,8 @@ def run_nightly(
                 replay=options, in_process=in_process, previous=previous,
                 before_commit=before_commit)
     try:
-        target.filesystem().pipe_file(
-            target.join(SUMMARY_FILE),
-            json.dumps(summary.as_dict(), indent=1, sort_keys=True).encode())
+        write_small_file(target, target.join(SUMMARY_FILE),
+                         json.dumps(summary.as_dict(), indent=1, sort_keys=True).encode())
     except storage_errors() as err:
         raise CommitError(f"{target.url}: run committed, but {SUMMARY_FILE} could not be "
                           f"written: {err}") from err

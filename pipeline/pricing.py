@@ -1,5 +1,6 @@
 """What a model request costs: layered price tables and the pricing of token usage.
-Pure but for the price files read in :func:`load_prices`.
+Pure but for the price files read in :func:`load_prices` and genai-prices' resolved rules
+cached in the user's cache folder (:class:`PriceCache`).
 
 The prices come in layers, the first that knows a model wins (:class:`LayeredPriceTable`):
 
@@ -183,6 +184,155 @@ def _genai_rule(provider: str, model: str, prices: ModelPrice) -> Price | None:
     return Price(provider, model, rates(False), tier)
 
 
+class _GenaiData:
+    """genai-prices' bundled providers, imported on first use (its data module and the
+    pydantic types under it take ~0.25 s to import, which a cached price never needs)."""
+
+    def __init__(self) -> None:
+        self._providers: list[Provider] | None = None
+
+    @property
+    def providers(self) -> list[Provider]:
+        if self._providers is None:
+            from genai_prices.data import providers
+
+            self._providers = providers
+        return self._providers
+
+
+class PriceCache:
+    """genai-prices' rules already resolved (one per provider and model seen), in a JSON
+    file of the user's cache folder (:func:`price_cache_dir`), so that a report whose
+    models were all seen before does not import genai-prices at all.
+
+    The file's name is a digest of everything a resolved rule depends on: the ``as_of``
+    date, genai-prices' version and its data file (path, size, modification time), and
+    this module's own file (so a change to :func:`_genai_rule` is never served stale).
+    Rates are kept as the decimal strings they are, so a cached price is the price. A
+    file that cannot be read or does not parse is ignored (the prices are looked up
+    again); one that cannot be written leaves the run as it is.
+    """
+
+    def __init__(self, path: Path | None, version: str | None = None,
+                 entries: dict[str, Any] | None = None) -> None:
+        self.path = path
+        self.version = version
+        self.entries: dict[str, Any] = entries or {}
+        self.dirty = False
+
+    @classmethod
+    def open(cls, folder: Path | None, as_of: date) -> PriceCache:
+        """The cache of prices in force on ``as_of`` under ``folder`` (``None``: none)."""
+        import hashlib
+        import importlib.util
+        import json
+
+        spec = importlib.util.find_spec("genai_prices")  # finds it, does not import it
+        if folder is None or spec is None or not spec.submodule_search_locations:
+            return cls(None)
+        parts = [_CACHE_SCHEMA, as_of.isoformat()]
+        for path in (Path(spec.submodule_search_locations[0]) / "data.py", Path(__file__)):
+            try:
+                st = path.stat()
+            except OSError:
+                return cls(None)
+            parts += [str(path), str(st.st_size), str(st.st_mtime_ns)]
+        digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+        path = folder / f"genai-prices-{digest}.json"
+        try:
+            raw = json.loads(path.read_bytes())
+            version, entries = raw["version"], raw["prices"]
+            if not isinstance(version, str) or not isinstance(entries, dict):
+                raise ValueError(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            return cls(path)
+        return cls(path, version, entries)
+
+    def get(self, provider: str, model: str) -> tuple[bool, Price | None]:
+        """``(True, rule)`` when the cache holds ``model`` (``rule`` may be ``None``: a
+        model genai-prices does not price), else ``(False, None)``."""
+        key = f"{provider}\t{model}"
+        if key not in self.entries:
+            return False, None
+        try:
+            return True, _price_from_json(self.entries[key])
+        except (ArithmeticError, ValueError, KeyError, TypeError):
+            return False, None  # a damaged entry: looked up again
+
+    def put(self, provider: str, model: str, rule: Price | None) -> None:
+        """Remember ``rule`` (bounded: model names are archive data)."""
+        if self.path is not None and len(self.entries) < _MEMO_MAX:
+            self.entries[f"{provider}\t{model}"] = None if rule is None else _price_json(rule)
+            self.dirty = True
+
+    def save(self, version: str) -> None:
+        """Write the file when it learnt something (a temporary file renamed onto it)."""
+        import json
+        import os
+        import tempfile
+
+        if self.path is None or not self.dirty:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".prices-", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump({"version": version, "prices": self.entries}, f, sort_keys=True)
+                os.replace(tmp, self.path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        except OSError:
+            return  # a cache that cannot be written only costs the next run its time
+        self.dirty = False
+
+
+#: Bumped when the cache file's shape changes.
+_CACHE_SCHEMA = "1"
+
+
+def _rates_json(r: Rates) -> dict[str, str | None]:
+    return {k: None if getattr(r, k) is None else str(getattr(r, k))
+            for k in (*_RATES, "cache_write_1h")}
+
+
+def _rates_from_json(obj: dict[str, Any]) -> Rates:
+    one_hour = obj["cache_write_1h"]
+    return Rates(Decimal(obj["input"]), Decimal(obj["output"]), Decimal(obj["cache_read"]),
+                 Decimal(obj["cache_write"]), None if one_hour is None else Decimal(one_hour))
+
+
+def _price_json(rule: Price) -> dict[str, Any]:
+    tier = (None if rule.tier is None
+            else {"above": rule.tier.above, "rates": _rates_json(rule.tier.rates)})
+    return {"provider": rule.provider, "pattern": rule.pattern, "base": _rates_json(rule.base),
+            "tier": tier}
+
+
+def _price_from_json(obj: dict[str, Any] | None) -> Price | None:
+    if obj is None:
+        return None
+    tier = obj["tier"]
+    if tier is not None and (not isinstance(tier["above"], int) or isinstance(
+            tier["above"], bool)):
+        raise TypeError("tier.above")
+    return Price(str(obj["provider"]), str(obj["pattern"]), _rates_from_json(obj["base"]),
+                 None if tier is None else Tier(tier["above"], _rates_from_json(tier["rates"])))
+
+
+def price_cache_dir() -> Path | None:
+    """Where resolved prices are cached: ``VAKPIPE_CACHE_DIR`` (empty: no cache), else
+    ``$XDG_CACHE_HOME/vakpipe``, else ``~/.cache/vakpipe``."""
+    import os
+
+    chosen = os.environ.get("VAKPIPE_CACHE_DIR")
+    if chosen is not None:
+        return Path(chosen) if chosen else None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "vakpipe"
+
+
 @dataclass(frozen=True)
 class GenaiPriceTable:
     """Prices from genai-prices' bundled data, as in force on ``as_of``.
@@ -190,14 +340,18 @@ class GenaiPriceTable:
     Offline and pinned: the snapshot inside the installed package is read directly,
     never the process-wide one genai-prices' ``UpdatePrices`` may replace, and nothing is
     fetched. Its prices are dated; those in force on ``as_of`` (00:00 UTC) price every
-    request, whatever its own date (as the TOML's list prices do).
+    request, whatever its own date (as the TOML's list prices do). A rule resolved before
+    comes from the :class:`PriceCache`; the package is imported only for a model the cache
+    does not hold.
     """
 
     as_of: date
     version: str
-    _providers: list[Provider] = field(compare=False, repr=False)
+    _data: _GenaiData = field(default_factory=_GenaiData, compare=False, repr=False)
     _memo: dict[tuple[str, str], Price | None] = field(
         default_factory=dict, compare=False, repr=False)
+    _cache: PriceCache = field(default_factory=lambda: PriceCache(None), compare=False,
+                               repr=False)
 
     @property
     def source(self) -> str:
@@ -227,18 +381,25 @@ class GenaiPriceTable:
         key = (provider, model)
         if key in self._memo:
             return self._memo[key]
-        found = self._find(provider, model)
+        cached, found = self._cache.get(provider, model)
+        if not cached:
+            found = self._find(provider, model)
+            self._cache.put(provider, model, found)
         if len(self._memo) < _MEMO_MAX:  # model names are archive data: bound the memo
             self._memo[key] = found
         return found
+
+    def save_cache(self) -> None:
+        """Write the rules resolved in this process to the :class:`PriceCache`."""
+        self._cache.save(self.version)
 
     def _find(self, provider: str, model: str) -> Price | None:
         from genai_prices.data_snapshot import find_provider_by_id
         from genai_prices.types import StartDateConstraint
 
-        seller = find_provider_by_id(self._providers, provider)
-        info = None if seller is None else seller.find_model(
-            model, all_providers=self._providers)
+        providers = self._data.providers
+        seller = find_provider_by_id(providers, provider)
+        info = None if seller is None else seller.find_model(model, all_providers=providers)
         if seller is None or info is None:
             return None
         if not isinstance(info.prices, list):
@@ -270,6 +431,12 @@ class LayeredPriceTable:
             if found is not None:
                 return found
         return None
+
+    def save_cache(self) -> None:
+        """Write what the cached layers resolved (:meth:`GenaiPriceTable.save_cache`)."""
+        for layer in self.layers:
+            if isinstance(layer, GenaiPriceTable):
+                layer.save_cache()
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,24 +643,38 @@ def load_toml_prices(override: str | Path | None = None) -> TomlPriceTable:
     return TomlPriceTable(loaded.rules, loaded.version, as_of)
 
 
-def load_genai_prices(as_of: date) -> GenaiPriceTable:
+def load_genai_prices(as_of: date, cache_dir: Path | None = None) -> GenaiPriceTable:
     """genai-prices' bundled price data, as in force on ``as_of``.
+
+    Parameters
+    ----------
+    as_of : date
+        The day whose prices are in force.
+    cache_dir : Path or None
+        Where resolved rules are cached (:class:`PriceCache`); ``None``: no cache, every
+        model is looked up in the package's data.
 
     Raises
     ------
     UsageError
         genai-prices is not installed.
     """
-    try:
-        from genai_prices import __version__
-        from genai_prices.data import providers
-    except ImportError as err:
+    cache = PriceCache.open(cache_dir, as_of)
+    if cache.version is not None:  # the version the digest's data file was installed as
+        return GenaiPriceTable(as_of, cache.version, _cache=cache)
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:  # genai-prices' own __version__, read without importing the package
+        version = installed("genai_prices")
+    except PackageNotFoundError as err:
         raise UsageError("the price data needs genai-prices: pip install 'genai-prices>=0.2.3'"
                          ) from err
-    return GenaiPriceTable(as_of, __version__, providers)
+    return GenaiPriceTable(as_of, version, _cache=cache)
 
 
-def load_prices(override: str | Path | None = None) -> LayeredPriceTable:
+def load_prices(override: str | Path | None = None, *, cache: bool = True
+                ) -> LayeredPriceTable:
     """The price table a report uses: ``override``'s rules, then vakpipe's, then
     genai-prices' (as in force on ``prices.toml``'s ``as_of``).
 
@@ -502,6 +683,9 @@ def load_prices(override: str | Path | None = None) -> LayeredPriceTable:
     override : str or Path or None
         A user's price file (the shape of ``prices.toml``; its ``version`` and ``as_of``
         are not read).
+    cache : bool
+        Keep genai-prices' resolved rules in :func:`price_cache_dir` (write them with
+        :meth:`LayeredPriceTable.save_cache`); False: none.
 
     Returns
     -------
@@ -518,7 +702,7 @@ def load_prices(override: str | Path | None = None) -> LayeredPriceTable:
     """
     own = load_toml_prices(override)
     assert own.as_of is not None  # load_toml_prices checked it
-    genai = load_genai_prices(own.as_of)
+    genai = load_genai_prices(own.as_of, price_cache_dir() if cache else None)
     shipped = own.version.split("+", 1)[0]
     version = f"{shipped}+genai-prices-{genai.version}"
     source = f"{genai.source} + vakpipe overrides {shipped}"

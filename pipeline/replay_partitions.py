@@ -197,7 +197,10 @@ def _write_archive(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
     """
     head_id, head_hash = audit.row.get("head_id"), audit.row.get("head_hash")
     if (options.archive_to is None or not replayed.packets or not head_id or not head_hash
-            or any(f.code is Code.TORN_TAIL for f in audit.findings)):
+            or any(f.code is Code.TORN_TAIL for f in audit.findings)
+            # A compressed ledger (.jsonl.gz/.zst) is not copied: its copy would be the
+            # decompressed bytes under a compressed name (docs/formats.md).
+            or obj.key.compression is not None):
         return None
     session = audit.row.get("session_id") or obj.key.session_id
     lines = packet_lines(replayed.packets, session, head_id=head_id, head_hash=head_hash,

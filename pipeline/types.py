@@ -92,6 +92,8 @@ class Code(enum.Enum):
     UNKNOWN_FORMAT = ("unknown_format", Severity.ERROR)
     # ... a forked Codex rollout: requests copied from its parent's history (billed once)
     FORK_HISTORY = ("fork_history", Severity.INFO)
+    # ... a Claude Code subagent transcript whose parent transcript the archive lacks
+    SUBAGENT_PARENT_MISSING = ("subagent_parent_missing", Severity.INFO)
     # 6 checkpoints between audits
     HISTORY_TRUNCATED = ("history_truncated", Severity.ERROR)
     HISTORY_REWRITTEN = ("history_rewritten", Severity.ERROR)

@@ -41,6 +41,17 @@ from pipeline.io.local_s3 import LocalS3, free_port, local_s3
 
 
 @pytest.fixture(scope="session", autouse=True)
+def price_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """vakpipe's price cache for the session (``VAKPIPE_CACHE_DIR``), under tmp: the
+    suite never writes to the user's ``~/.cache``, and every session starts cold."""
+    path = tmp_path_factory.mktemp("price-cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("VAKPIPE_CACHE_DIR", str(path))
+    yield path
+    mp.undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def dask_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Dask's ``temporary-directory`` for the session (env and config), under tmp.
 

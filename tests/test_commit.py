@@ -198,14 +198,17 @@ def test_a_crash_inside_the_commit_keeps_the_previous_manifest(
     out = where.out
     staged(out, "run-1", {0: ["a"]}).commit({})
     fs = out.filesystem()
-    real_pipe = fs.pipe_file
+    import pipeline.io.commit as commit_module
 
-    def failing_pipe(path: str, *args: Any, **kwargs: Any) -> Any:
+    real_write = commit_module.write_small_file
+
+    def failing_write(loc: Any, path: str, data: bytes) -> Any:
+        # Every small file (the manifest too) goes through the one writer.
         if MANIFEST in path:
             raise PermissionError(f"{path}: simulated failure")
-        return real_pipe(path, *args, **kwargs)
+        return real_write(loc, path, data)
 
-    monkeypatch.setattr(fs, "pipe_file", failing_pipe)
+    monkeypatch.setattr(commit_module, "write_small_file", failing_write)
     with pytest.raises(CommitError, match="run-2"):
         staged(out, "run-2", {0: ["x"], 1: ["y"]}).commit({})
     monkeypatch.undo()

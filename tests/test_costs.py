@@ -350,8 +350,8 @@ def test_cost_command_writes_tables_and_an_offline_report(
     assert "vakpipe: warning: unknown model acme/mystery-1: 1,010 billed tokens" in captured.err
     assert "billed" in captured.out and "NOT PRICED" in captured.out
     folder = audited / "cost"
-    assert sorted(p.name for p in folder.iterdir()) == ["costs.csv", "costs.parquet",
-                                                        "report.html"]
+    assert sorted(p.name for p in folder.iterdir()) == ["_manifest.json", "costs.csv",
+                                                        "costs.parquet", "report.html"]
     table = pq.read_table(folder / "costs.parquet")
     assert table.schema == cost_schema(("day", "model"))
     usage_rows = read_dataset(resolve(str(audited)), "usage")
@@ -414,6 +414,6 @@ def test_cost_report_on_s3(audited: Path, s3: LocalS3,
     assert "acme/mystery-1" in capsys.readouterr().err
     fs.invalidate_cache()
     assert sorted(p.rsplit("/", 1)[1] for p in fs.ls(f"{BUCKET}/out/cost")) == [
-        "costs.csv", "costs.parquet", "report.html"]
+        "_manifest.json", "costs.csv", "costs.parquet", "report.html"]
     table = pq.read_table(io.BytesIO(fs.cat_file(f"{BUCKET}/out/cost/costs.parquet")))
     assert table.column_names[0] == "model"

@@ -32,12 +32,12 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert any(line.startswith("run ") and " 20 sessions" in line for line in lines)
     assert any(line.strip().startswith("status:") for line in lines)
     assert any("findings by code:" in line for line in lines)
-    # The compaction what-ifs, each in a sibling folder of the audit's output.
+    # The compaction what-ifs, each in its folder under --out (nothing beside it).
     at = lines.index("compaction what-ifs (planner v1, summaries from the turn cards):")
     bound, half = lines[at + 1], lines[at + 2]
     for line, name, label in ((bound, "bound", "at the bound window"),
                               (half, "half", "at half the bound window")):
-        folder = tmp_path / f"demo-out-compaction-{name}"
+        folder = out / f"compaction-{name}"
         match = re.fullmatch(rf"  {label}: (\d+) of 20 sessions need packets \((\d+) planned, "
                              rf"(\d+) superseded\); tables: {re.escape(str(folder))}", line)
         assert match, line
@@ -51,6 +51,11 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     # Half the window never needs fewer packets than the whole of it.
     assert int(half.split()[5]) >= int(bound.split()[4])
     assert lines[-1].startswith(f"results: {out} ")
+    # Everything the demo writes is under --out: its folder is the only new entry.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo-out"]
+    assert sorted(p.name for p in out.iterdir()) == ["audit", "compaction-bound",
+                                                      "compaction-half"]
+    out = out / "audit"
     manifest = read_manifest(resolve(str(out)))
     assert manifest is not None and manifest["sessions"] == 20
     assert (out / "_SUCCESS").read_text() == manifest["run_id"]

@@ -229,7 +229,7 @@ NOT_SESSIONS = [
     f"agents/vak/sessions/{CWD_HASH}.jsonl",  # too shallow
     f"agents/vak/sessions/{CWD_HASH}/nested/s.jsonl",  # too deep
     f"agents/vak/sessions/{CWD_HASH}/s.json",  # not .jsonl
-    f"agents/vak/sessions/{CWD_HASH}/s.jsonl.gz",
+    f"agents/vak/sessions/{CWD_HASH}/s.jsonl.bz2",  # .gz and .zst are read
     f"agents/vak/sessions/{CWD_HASH}/s.jsonl.tmp",
     f"agents/vak/sessions/{CWD_HASH}/.jsonl",  # no session id
     f"agents/vak/session/{CWD_HASH}/s.jsonl",  # not "sessions"
@@ -399,7 +399,11 @@ def test_empty_prefix(kind: str, request: pytest.FixtureRequest, tmp_path: Path)
     request.getfixturevalue({"local": "tmp_path", "memory": "memfs", "s3": "s3"}[kind])
     with pytest.raises(EmptyInputError) as info:
         enumerate_sessions(resolve(url))
-    assert one_line(info.value) == f"{url}: no session ledgers found (nothing under it)"
+    if kind == "local":  # a local folder that is not there is said so (tests/test_inputs.py)
+        assert one_line(info.value) == f"root {url} does not exist"
+        return
+    assert one_line(info.value).startswith(
+        f"{url}: no session ledgers found (nothing under it); vakpipe reads agents/")
 
 
 def test_only_other_objects_is_empty_input(memfs: fsspec.AbstractFileSystem) -> None:

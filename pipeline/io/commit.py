@@ -31,7 +31,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import CommitError, CorruptManifestError, UnsafeOutputError
+from pipeline.errors import CommitError, CorruptManifestError, PipelineError, UnsafeOutputError
 from pipeline.io.archive import ARCHIVE
 from pipeline.io.storage import (
     Location,
@@ -156,6 +156,107 @@ def new_run_id() -> str:
     return f"{now}-{uuid.uuid4().hex[:8]}"
 
 
+def write_small_file(out: Location, path: str, data: bytes) -> str:
+    """Write one small file (a manifest, ``_SUCCESS``, a summary, a report's files, a
+    ground truth) at ``path`` below ``out``: the one way vakpipe writes such files.
+
+    ``path`` must be a plain path below ``out`` with no symbolic link on its way, itself
+    included (:meth:`~pipeline.io.storage.Location.check_inside`). On a local disk the
+    bytes go to a new temporary name beside it (created exclusively, never through a
+    link: ``O_EXCL | O_NOFOLLOW``), then renamed onto ``path``: a reader sees the old
+    file or the new one, never half of one, and a file hard-linked there is replaced,
+    never written through. On an object store a single object write is atomic already.
+    Returns ``path``.
+
+    Raises
+    ------
+    UnsafeOutputError
+        ``path`` is not a plain path below ``out``, or a link lies on its way.
+    StorageError
+        The storage failed (a temporary file left behind is removed, best effort).
+    """
+    out.check_inside(path)
+    parent = posixpath.dirname(path)
+    try:
+        if out.protocol != "file":
+            out.filesystem().pipe_file(path, data)
+            return path
+        if parent != out.path.rstrip("/"):
+            out.check_inside(parent)
+        os.makedirs(parent, exist_ok=True)
+        out.check_inside(path)  # again: the folders now exist, none may be a link
+        tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)  # replaces a name, never follows what it held
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except storage_errors() as err:
+        if isinstance(err, PipelineError):
+            raise
+        raise storage_error(err, out.url) from err
+    return path
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+#: The temporary names :func:`write_small_file` writes to.
+_TMP_NAME = re.compile(r"\..+\.[0-9a-f]{12}\.tmp")
+#: Names that make a folder a vakpipe output (a run's, or a report's).
+_OUTPUT_MARKS = frozenset({MANIFEST, SUCCESS, STAGING})
+
+
+def check_vakpipe_output(out: Location, *, also: Iterable[str] = ()) -> None:
+    """Refuse an ``OUT`` that holds files but is not a vakpipe output, unless ``--force``.
+
+    A vakpipe output is absent, empty, or holds ``_manifest.json``, ``_SUCCESS`` or
+    ``_staging`` itself or in one of its folders (a nightly's partitions, a regression
+    check's ``baseline``/``candidate``); ``also`` names more entries that count as ours
+    (a report folder's own files). Anything else would have a run mixed into somebody
+    else's files (and its clean-ups sharing their folders).
+
+    Raises
+    ------
+    UnsafeOutputError
+        ``out`` holds other files (one line; ``--force`` accepts it).
+    StorageError
+        The output cannot be listed.
+    """
+    if _RECOVER.get():
+        return
+    fs = out.filesystem()
+    try:
+        fs.invalidate_cache(out.path)
+        try:
+            entries = fs.ls(out.path, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        names = {posixpath.basename(str(e["name"]).rstrip("/")): e for e in entries}
+        names.pop(posixpath.basename(out.path.rstrip("/")), None)  # some stores list self
+        # A temporary file write_small_file left (a process killed mid-write) is ours.
+        names = {n: e for n, e in names.items() if not _TMP_NAME.fullmatch(n)}
+        if not names or _OUTPUT_MARKS & set(names) or set(names) <= set(also):
+            return
+        for name, entry in names.items():
+            if entry.get("type") != "directory" or unsafe_segment(name):
+                continue
+            below = {posixpath.basename(str(p).rstrip("/"))
+                     for p in fs.ls(out.join(name), detail=False)}
+            if _OUTPUT_MARKS & below:
+                return
+    except storage_errors() as err:
+        raise storage_error(err, out.url) from err
+    shown = ", ".join(printable(n, 40) for n in sorted(names)[:3])
+    raise UnsafeOutputError(
+        f"{printable(out.url)} is not empty and is not a vakpipe output (no {MANIFEST}, "
+        f"{SUCCESS} or {STAGING}; it holds {shown}{', ...' if len(names) > 3 else ''}): "
+        "refused, a run would be mixed into those files; choose an empty --out, or "
+        "--force")
+
+
 @dataclass
 class StagedRun:
     """The staging area of one run under an output location."""
@@ -204,7 +305,8 @@ class StagedRun:
         through no symbolic link: the staging folder, the folders of this run's
         datasets and of the file datasets ``files`` it will write, the manifest, and
         what the previous manifest names. With ``root`` (the archive), each of them is
-        also compared with the archive, links resolved.
+        also compared with the archive, links resolved. Last, ``OUT`` is empty or a
+        vakpipe output (:func:`check_vakpipe_output`; ``--force`` accepts another).
 
         Raises
         ------
@@ -224,6 +326,8 @@ class StagedRun:
                 check_output(root, self.out, [path for path, _ in paths])
         except storage_errors() as err:
             raise storage_error(err, self.out.url) from err
+        # After the links and the archive: those refusals say more than "not ours".
+        check_vakpipe_output(self.out)
 
     def _paths(self, previous: dict[str, Any] | None,
                files: set[str]) -> list[tuple[str, bool]]:
@@ -265,15 +369,7 @@ class StagedRun:
     def _write(self, path: str, data: bytes) -> None:
         """Write a small file in place: locally under a temporary name, then moved onto
         its own (a file hard-linked there is replaced, never written through)."""
-        fs = self.out.filesystem()
-        self.out.check_inside(path)
-        if self.out.protocol != "file":
-            fs.pipe_file(path, data)  # a single object write is atomic
-            return
-        tmp = f"{path}.{self.run_id}.tmp"
-        self.out.check_inside(tmp)
-        fs.pipe_file(tmp, data)
-        fs.mv(tmp, path)
+        write_small_file(self.out, path, data)
 
     def _remove(self, path: str, *, recursive: bool = False) -> None:
         """Remove ``path`` below ``OUT``, never what a link leads to: on a local disk a
@@ -347,10 +443,8 @@ class StagedRun:
                 **summary,
             }
             # A single object write is atomic on object stores; locally, write then rename.
-            tmp = self.out.join(f"{MANIFEST}.{self.run_id}.tmp")
-            self.out.check_inside(tmp)
-            fs.pipe_file(tmp, json.dumps(manifest, indent=1, sort_keys=True).encode())
-            self._move(tmp, self.out.join(MANIFEST))
+            self._write(self.out.join(MANIFEST),
+                        json.dumps(manifest, indent=1, sort_keys=True).encode())
             for dataset, before in ((previous or {}).get("datasets") or {}).items():
                 if dataset in files and dataset not in self._files:
                     continue  # a Parquet dataset of this run: its folder is listed below
@@ -361,6 +455,8 @@ class StagedRun:
                 keep = set(files.get(dataset, ()))
                 for rel in sorted(set(before["files"]) - keep):
                     self._remove(self.out.join(dataset, rel))
+                if dataset not in files:
+                    self._remove_dataset_folder(dataset)
             for dataset, names in files.items():
                 if dataset in self._files:
                     continue
@@ -379,6 +475,40 @@ class StagedRun:
         except storage_errors() as err:
             raise CommitError(f"{self.out.url}: commit of run {self.run_id} failed: {err}") from err
         return manifest
+
+    def _remove_dataset_folder(self, dataset: str) -> None:
+        """Remove the folder of a dataset the previous run wrote and this one does not
+        (``turns``/``requests`` after a ``--replay`` run), once its named files are gone:
+        only when all it still holds is part files of this project's naming (strays of
+        killed runs) or, for a file dataset, empty folders; never anything else. Then
+        its parent folder (``integrity`` of ``integrity/x``) if that is left empty.
+        Best effort: a folder left costs nothing but a listing."""
+        fs = self.out.filesystem()
+        folder = self.out.join(dataset)
+        try:
+            self.out.check_inside(folder)
+            fs.invalidate_cache(folder)
+            if self.out.protocol == "file":
+                if not os.path.isdir(folder) or os.path.islink(folder):
+                    return
+                if dataset in FILE_DATASETS:
+                    for here, dirs, names in os.walk(folder, topdown=False):
+                        if names or any(os.path.islink(os.path.join(here, d)) for d in dirs):
+                            return
+                        os.rmdir(here)
+                    return
+            names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(folder, detail=False)]
+            if not all(_PART_NAME.fullmatch(n) for n in names):
+                return  # a file of another name is not vakpipe's to delete
+            for name in names:
+                self._remove(self.out.join(dataset, name))
+            if self.out.protocol == "file":
+                os.rmdir(folder)
+                parent = posixpath.dirname(folder)
+                if parent != self.out.path.rstrip("/") and not os.listdir(parent):
+                    os.rmdir(parent)
+        except _best_effort_errors():
+            pass
 
     def _remove_stale_staging(self) -> None:
         """Remove the staging folders of runs older than this one (a client killed before

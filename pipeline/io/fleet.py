@@ -11,8 +11,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.errors import UsageError
 from pipeline.generate import generate_fleet
-from pipeline.io.storage import Location, storage_error, storage_errors
+from pipeline.io.commit import write_small_file
+from pipeline.io.storage import Location, printable, storage_error, storage_errors
 from pipeline.reader import parse_entry
 from pipeline.wire import RawEntry, rfc3339_ns, serialize, uuid7
 
@@ -28,9 +30,34 @@ class WrittenFleet:
     truth_path: str
 
 
+def check_empty_target(out: Location) -> None:
+    """Refuse to generate into a folder or prefix that holds anything (``vakpipe
+    generate`` without ``--force``): a fleet added to another one mixes their sessions,
+    and its ground truth would name only the new ones.
+
+    Raises
+    ------
+    UsageError
+        ``out`` holds objects.
+    StorageError
+        It cannot be listed.
+    """
+    fs = out.filesystem()
+    try:
+        fs.invalidate_cache(out.path)
+        found = fs.find(out.path, maxdepth=None, withdirs=False) if fs.exists(out.path) else []
+    except storage_errors() as err:
+        raise storage_error(err, out.url) from err
+    if found:
+        first = printable(str(sorted(found)[0]), 80)
+        raise UsageError(f"{out.url} is not empty ({len(found):,} objects, e.g. {first}): "
+                         "generate writes a fleet into an empty folder; --force adds to it "
+                         f"(and replaces {GROUND_TRUTH})")
+
+
 def write_fleet(out: Location, *, sessions: int, seed: int, faults: bool = False,
                 size_scale: float = 1.0, consistent: bool = True,
-                noise: float = 0.0) -> WrittenFleet:
+                noise: float = 0.0, exclusive: bool = False) -> WrittenFleet:
     """Generate a fleet and write it under ``out`` in the archive layout.
 
     Sessions are streamed line by line into their objects, so memory stays bounded
@@ -39,8 +66,11 @@ def write_fleet(out: Location, *, sessions: int, seed: int, faults: bool = False
     ``out/ground-truth.json``, which an audit counts as a skipped object.
     ``consistent`` makes reported usage and card figures exactly what replay under rule
     set v1 computes (~10 MB/s: it tokenizes); ``noise`` perturbs reported usage by up to
-    that fraction, as providers do.
+    that fraction, as providers do. ``exclusive`` refuses a non-empty ``out``
+    (:func:`check_empty_target`).
     """
+    if exclusive:
+        check_empty_target(out)
     fs = out.filesystem()
     truth: dict[str, dict[str, Any]] = {}
     total = 0
@@ -63,8 +93,8 @@ def write_fleet(out: Location, *, sessions: int, seed: int, faults: bool = False
                 "lines": n_lines,
                 "bytes": n_bytes,
             }
-        truth_path = out.join(GROUND_TRUTH)
-        fs.pipe_file(truth_path, json.dumps(truth, indent=1, sort_keys=True).encode())
+        truth_path = write_small_file(out, out.join(GROUND_TRUTH),
+                                      json.dumps(truth, indent=1, sort_keys=True).encode())
     except storage_errors() as err:
         raise storage_error(err, out.url) from err
     return WrittenFleet(len(truth), total, truth_path)

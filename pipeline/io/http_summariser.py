@@ -236,6 +236,41 @@ class HttpSummariser:
                                   f"{_excerpt(resp.data)}")
         return self._summary(resp.data, where, request.target_tokens)
 
+    def probe(self) -> None:
+        """Check once, before any session is read, that the endpoint answers at all.
+
+        One ``GET`` of the endpoint URL, not retried, within the connect timeout (and as
+        long for the answer): any HTTP status but 401 and 403 (a chat endpoint answers a
+        GET with 404 or 405) means a server is there; an unreachable host, a timeout or a
+        refused key is the run's setup error, found in seconds rather than at the first
+        packet, after a retried backoff on every worker.
+
+        Raises
+        ------
+        SummariserError
+            No server answers, or it refuses the credentials.
+        """
+        where = f"summariser endpoint {_shown(self.url)}"
+        headers = {"Accept": "application/json"}
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        wait = self.timeout.connect_timeout
+        quick = Timeout(connect=wait, read=wait)
+        try:
+            resp = self._http().request("GET", self.url, headers=headers, timeout=quick,
+                                        retries=False, redirect=False, preload_content=True)
+        except HTTPError as err:
+            self.timeout, before = quick, self.timeout
+            try:
+                cause = self._cause(err)
+            finally:
+                self.timeout = before
+            raise SummariserError(f"{where}: {cause}") from err
+        if resp.status in (401, 403):
+            raise SummariserError(f"{where}: HTTP {resp.status}: the endpoint refused the "
+                                  f"credentials (API key from ${self.api_key_env})")
+
     def _cause(self, err: Exception | None) -> str:
         if isinstance(err, ReadTimeoutError):
             return f"no answer within the read timeout ({self.timeout.read_timeout} s)"

@@ -5,10 +5,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
+import itertools
 import os
+import posixpath
 import re
 import socket
 import stat
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -16,6 +19,7 @@ from functools import partial
 from typing import Any
 
 import fsspec
+import fsspec.compression
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
@@ -27,7 +31,13 @@ from pipeline.errors import (
     UnsafeOutputError,
     UsageError,
 )
-from pipeline.layout import SessionKey, parse_session_path
+from pipeline.layout import (
+    LAYOUTS,
+    SessionKey,
+    flat_session_key,
+    ledger_stem,
+    parse_session_path,
+)
 from pipeline.types import OversizeLine
 
 #: Protocols whose paths are object keys under a bucket, with no folders to create.
@@ -274,6 +284,9 @@ class SessionObject:
     full_path: str
     size: int
     etag: str | None = None
+    #: Why the listing already knows the object cannot be read (a dangling symbolic
+    #: link): its read fails with this, and the audit reports it as ``unreadable_object``.
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -410,55 +423,177 @@ def storage_errors() -> tuple[type[BaseException], ...]:
     a body cut short (``ClientPayloadError``) is not an OSError.
     """
     errors: list[type[BaseException]] = [OSError]
-    try:  # botocore is only there when s3fs is; translate its errors when it is
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        errors += [BotoCoreError, ClientError]
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from aiohttp import ClientError as HTTPClientError
-
-        errors.append(HTTPClientError)
-    except ImportError:  # pragma: no cover
-        pass
+    # Only the modules already imported: no error of one that is not can have been raised,
+    # and importing them (aiohttp: ~0.15 s) would slow every local run that catches a
+    # FileNotFoundError. botocore and aiohttp are only there when s3fs is.
+    botocore = sys.modules.get("botocore.exceptions")
+    if botocore is not None:
+        errors += [botocore.BotoCoreError, botocore.ClientError]
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is not None:
+        errors.append(aiohttp.ClientError)
     return tuple(errors)
 
 
 def enumerate_sessions(root: Location) -> Listing:
-    """List every session object under ``root`` (spec section 1).
+    """List every session object under ``root`` (spec section 1, docs/formats.md).
 
     One recursive ``find`` under the prefix, then filtering, rather than a two-level
-    glob (which lists every directory separately: ~25 times slower on S3).
+    glob (which lists every directory separately: ~25 times slower on S3). Objects in
+    the archive layouts (:func:`~pipeline.layout.parse_session_path`) are sessions;
+    when there are none, the root is read flat: a single ledger file given as the root,
+    or every ledger file under it (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``) whose first
+    lines the formats package recognises (vak, Claude Code, Codex), keyed from its
+    content (:func:`~pipeline.layout.flat_session_key`). A local symbolic link named
+    like a ledger is never followed: a dangling one is listed as a session the audit
+    reports unreadable, any other skipped. Each subagent transcript is marked when its
+    parent transcript is not in the listing (``parent_missing``).
 
     Raises
     ------
     StorageError
         The storage cannot be listed (no bucket, no endpoint, no access).
     EmptyInputError
-        Nothing at all, or no session among the objects, under the root.
+        The root does not exist (a local path), nothing at all or no session among the
+        objects under it: the message names the layouts read.
     """
     fs = root.filesystem()
     try:
         found = fs.find(root.path, detail=True)
     except storage_errors() as err:
         raise storage_error(err, root.url) from err
+    if not found and root.protocol == "file" and not os.path.lexists(root.path):
+        raise EmptyInputError(f"root {root.url} does not exist")
     prefix = root.path.rstrip("/") + "/"
+    single = _single_file(root, found)
     sessions: list[SessionObject] = []
     skipped: list[str] = []
+    candidates: list[tuple[str, str, dict[str, Any]]] = []
     for full_path, info in found.items():
         relative = full_path[len(prefix):] if full_path.startswith(prefix) else full_path
-        key = parse_session_path(relative)
-        if key is None or info.get("type", "file") != "file":
-            skipped.append(relative)
+        if single:
+            relative = posixpath.basename(full_path)
+        key = None if single else parse_session_path(relative)
+        dangling = _dangling_link(root, full_path, info)
+        if key is not None and (info.get("type", "file") == "file" or dangling):
+            sessions.append(_listed(key, full_path, info, dangling))
             continue
-        size = int(info.get("size") or 0)
-        sessions.append(SessionObject(key, full_path, size, object_version(info)))
+        if ledger_stem(posixpath.basename(relative)) is not None and (
+                info.get("type", "file") == "file" or dangling):
+            candidates.append((relative, full_path, info))
+        skipped.append(relative)
+    if not sessions and candidates:
+        # None of the layouts: the root is one ledger, or a flat folder of them.
+        flat = _flat_sessions(root, candidates, single)
+        taken = {s.key.path for s in flat}
+        sessions = flat
+        skipped = [r for r in skipped if r not in taken]
     if not sessions:
         what = f"{len(skipped)} other objects" if skipped else "nothing"
-        raise EmptyInputError(f"{root.url}: no session ledgers found ({what} under it)")
+        shown = ", ".join(repr(printable(k, 60)) for k in sorted(skipped)[:3])
+        examples = f"; e.g. {shown}" if skipped else ""
+        raise EmptyInputError(f"{root.url}: no session ledgers found ({what} under it)"
+                              f"{examples}; vakpipe reads {LAYOUTS}")
+    sessions = _mark_orphans(sessions)
     sessions.sort()
     return Listing(sessions, len(skipped), tuple(sorted(skipped)[:5]))
+
+
+def _single_file(root: Location, found: dict[str, Any]) -> bool:
+    """Whether the root is itself one object (a single ledger given as the root)."""
+    if len(found) != 1:
+        return False
+    (path, info), = found.items()
+    return path.rstrip("/") == root.path.rstrip("/") and info.get("type", "file") == "file"
+
+
+def _dangling_link(root: Location, full_path: str, info: dict[str, Any]) -> bool:
+    """Whether a local listing's entry is a symbolic link to nothing."""
+    return (root.protocol == "file" and bool(info.get("islink"))
+            and not os.path.exists(full_path))
+
+
+def _listed(key: SessionKey, full_path: str, info: dict[str, Any],
+            dangling: bool) -> SessionObject:
+    if dangling:
+        # Never followed (nor read): reported on its row instead of skipped in silence.
+        target = info.get("destination")
+        return SessionObject(key, full_path, 0, None,
+                             "dangling symbolic link" + (
+                                 f" (to {printable(str(target), 120)})" if target else ""))
+    return SessionObject(key, full_path, int(info.get("size") or 0), object_version(info))
+
+
+#: Bytes of a flat candidate's first lines read to tell its format (per line).
+SNIFF_LINE_BYTES = 2**20
+
+
+def _flat_sessions(root: Location, candidates: list[tuple[str, str, dict[str, Any]]],
+                   single: bool) -> list[SessionObject]:
+    """The ledgers among the files of a root in no layout, keyed by their content.
+
+    In a folder, a file is a session when its first lines are a vak ledger's or a
+    format's the formats package knows, or it cannot be read (a dangling link: its row
+    says so); others (empty, broken, JSON of something else) are skipped. A single file
+    given as the root is always a session: one no format claims is keyed as a vak
+    ledger, and its audit says what is wrong with it.
+    """
+    from pipeline.formats import UNKNOWN, VAK, detect
+    from pipeline.formats.base import is_vak_entry
+
+    sessions = []
+    unreadable: tuple[type[BaseException], ...] = (*storage_errors(), EOFError, ValueError)
+    for relative, full_path, info in candidates:
+        dangling = _dangling_link(root, full_path, info)
+        folder = posixpath.basename(posixpath.dirname(full_path))
+        source, header = VAK, None
+        if not dangling:
+            probe = SessionObject(SessionKey(relative, "", "", ""), full_path,
+                                  int(info.get("size") or 0))
+            try:
+                with open_lines(root, probe, max_line_bytes=SNIFF_LINE_BYTES) as lines:
+                    head = list(itertools.islice(lines, 20))
+                fmt, _ = detect(head)
+                source = VAK if fmt is None else fmt.name
+                if fmt is None:
+                    objects = [o for o in map(_json_object, head) if o is not None]
+                    if not any(map(is_vak_entry, objects)):
+                        source = UNKNOWN  # empty, or no line of any ledger
+                    header = objects[0] if objects and objects[0].get("kind") == "header" \
+                        else None
+            except unreadable:
+                pass  # read (and reported) by the audit
+        if source == UNKNOWN:
+            if not single:
+                continue
+            source = VAK
+        key = flat_session_key(relative, folder, source, header)
+        if key is not None:
+            sessions.append(_listed(key, full_path, info, dangling))
+    return sessions
+
+
+def _json_object(line: bytes) -> dict[str, Any] | None:
+    import orjson
+
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _mark_orphans(sessions: list[SessionObject]) -> list[SessionObject]:
+    """Mark every subagent transcript whose parent file the listing does not hold
+    (compressed or not: the parent counts by its stem)."""
+    def stem(path: str) -> str:
+        name = posixpath.basename(path)
+        return posixpath.join(posixpath.dirname(path), ledger_stem(name) or name)
+
+    listed = {stem(s.key.path) for s in sessions}
+    return [dataclasses.replace(s, key=dataclasses.replace(s.key, parent_missing=True))
+            if s.key.parent is not None and stem(s.key.parent) not in listed else s
+            for s in sessions]
 
 
 #: Sees every byte read from an object, in order (a spool, a checkpoint's hasher).
@@ -515,13 +650,18 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
     the read instead of splicing two versions; a local file is looked at again after
     its last line.
     """
+    if obj.unreadable is not None:
+        # Known at listing time (a dangling link): never opened, so never followed.
+        raise FileNotFoundError(obj.unreadable)
+    codec = obj.key.compression
     if issubclass(fsspec.get_filesystem_class(root.protocol), LocalFileSystem):
         # The OS file directly: fsspec's local wrapper adds a Python call per buffer fill
         # (and no filesystem instance is looked up: ~9 us an object, ~1% of the audit
         # of a 100 KB session).
         with open(obj.full_path, "rb", buffering=LINE_BUFFER_BYTES) as f:
             _check_version(obj, _stat_info(f), "since it was listed")
-            yield guarded_lines(f, max_line_bytes, tap)
+            yield guarded_lines(f if codec is None else decompressed(f, codec),
+                                max_line_bytes, tap)
             _check_version(obj, _stat_info(f), "while it was read")
         return
     try:
@@ -532,10 +672,71 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
             # Its buffer is smaller than the request size (requests stay
             # READ_BLOCK_BYTES, as the file object caches its block) so the lines are
             # cut from cache-warm memory.
-            yield guarded_lines(io.BufferedReader(raw, LINE_BUFFER_BYTES), max_line_bytes,
-                                tap)
+            stream = (io.BufferedReader(raw, LINE_BUFFER_BYTES) if codec is None
+                      else decompressed(raw, codec))
+            yield guarded_lines(stream, max_line_bytes, tap)
     except _expired_errors() as err:
         raise ObjectChangedError(f"changed while it was read ({err})") from err
+
+
+def _zstd_file(infile: Any, mode: str = "rb", **kwargs: Any) -> Any:
+    """A zstd-decompressing reader of ``infile`` (pyarrow's codec: fsspec's own needs the
+    ``zstandard`` package, which vakpipe does not depend on)."""
+    import pyarrow as pa
+
+    # Borrowed: pyarrow closes the file it wraps, and the caller still looks at it.
+    return pa.CompressedInputStream(pa.PythonFile(_Borrowed(infile), mode="r"), "zstd")
+
+
+class _Borrowed(io.RawIOBase):
+    """Reads ``f`` and never closes it."""
+
+    def __init__(self, f: Any) -> None:
+        super().__init__()
+        self._f = f
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._f.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+if "zstd" not in fsspec.compression.compr:
+    fsspec.compression.register_compression("zstd", _zstd_file, "zst")
+
+
+class _Decompressing(io.RawIOBase):
+    """A raw reader over a decompressing stream: its codec's errors (a truncated or
+    damaged stream) become ``OSError``, so the object is reported unreadable."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            data = self._stream.read(len(buffer))
+        except OSError:
+            raise
+        except (EOFError, ValueError, RuntimeError) as err:  # zlib, gzip, pyarrow
+            raise OSError(f"damaged compressed stream: {type(err).__name__}: {err}") from err
+        n = len(data)
+        buffer[:n] = data
+        return n
+
+
+def decompressed(raw: Any, codec: str) -> io.BufferedReader:
+    """The decompressed bytes of the binary file ``raw`` (``gzip``, ``zstd``: fsspec's
+    compression registry), read front to back: a compressed object cannot be
+    range-read, so it is always streamed whole."""
+    return io.BufferedReader(_Decompressing(fsspec.compression.compr[codec](raw, mode="rb")),
+                             LINE_BUFFER_BYTES)
 
 
 def _stat_info(f: Any) -> dict[str, Any]:
