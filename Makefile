@@ -43,12 +43,14 @@ demo: $(VENV)/.installed-demo
 ## test: set up .venv with the test extras and run lint, types and the whole suite
 test: $(VENV)/.installed-test $(CHECKOV)
 	$(BIN)/ruff check pipeline jobs tests bench infra
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 	@if [ -x ../shared/conformance/check ]; then ../shared/conformance/check; fi
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check pipeline jobs tests bench infra
+	$(BIN)/lint-imports
 
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy

@@ -41,10 +41,10 @@ from bench.common import (
     timed,
     worker_peaks,
 )
-from pipeline.audit import audit_session
+from pipeline.audit.session import audit_session
 from pipeline.io.storage import SessionObject, enumerate_sessions, resolve
-from pipeline.orchestrate import run_audit
-from pipeline.reader import read_ledger
+from pipeline.ledger.reader import read_ledger
+from pipeline.run.orchestrate import run_audit
 
 
 def raw_floor(root: Path) -> int:

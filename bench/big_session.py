@@ -33,8 +33,8 @@ MB = 1_000_000
 def measure(root: str, max_line_bytes: int | None) -> dict[str, Any]:
     """Audit the one session under ``root`` as one audit task does; what it cost."""
     from pipeline.io.storage import MAX_LINE_BYTES, enumerate_sessions, resolve
-    from pipeline.orchestrate import redacted
-    from pipeline.partitions import audit_batch
+    from pipeline.run.batches import audit_batch
+    from pipeline.run.orchestrate import redacted
 
     location = resolve(root)
     listing = enumerate_sessions(location)

@@ -297,7 +297,7 @@ def priced(requests: Iterable[Request], *, one_hour: bool,
     price."""
     from decimal import Decimal
 
-    from pipeline.pricing import TokenUsage, load_prices, price
+    from pipeline.costs.pricing import TokenUsage, load_prices, price
 
     prices = load_prices()
     usd: dict[str, Decimal] = defaultdict(Decimal)
@@ -940,9 +940,9 @@ def timings(tools: list[Ccusage], env: dict[str, str], root: Path, scratch: Path
         rows.append(("vakpipe audit + cost", rows[-2][1] + rows[-1][1]))
         # vakpipe's fixed costs on a corpus this small: importing Dask, distributed and
         # pyarrow, and starting a cluster (the next row leaves that out).
-        rows.append(("vakpipe's imports alone (python -c 'import pipeline.orchestrate')",
+        rows.append(("vakpipe's imports alone (python -c 'import pipeline.run.orchestrate')",
                      best_of(lambda: subprocess.run(
-                         [sys.executable, "-c", "import pipeline.orchestrate"], check=True,
+                         [sys.executable, "-c", "import pipeline.run.orchestrate"], check=True,
                          cwd=REPO), args.repeats)))
         # What the audit costs without starting its cluster: the same CLI joining a
         # running one (--scheduler), as a deployment or the nightly job does.

@@ -16,10 +16,10 @@ import dask
 from distributed import Client, LocalCluster
 
 from bench.rss import peak_rss_bytes
-from pipeline.generate import generate_session
-from pipeline.io.fleet import write_fleet
 from pipeline.io.storage import resolve
-from pipeline.orchestrate import WORKER_CONFIG
+from pipeline.run.orchestrate import WORKER_CONFIG
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.generator import generate_session
 
 T = TypeVar("T")
 MB = 1_000_000
@@ -104,7 +104,7 @@ def best_of(repeat: int, *fns: Callable[[], object],
 def cluster(workers: int) -> Iterator[tuple[str, Client]]:
     """A private LocalCluster of single-threaded worker processes; yields its address."""
     scratch = tempfile.mkdtemp(prefix="vakpipe-bench-dask-")
-    # The workers vakpipe's own LocalCluster starts (pipeline.orchestrate.dask_client).
+    # The workers vakpipe's own LocalCluster starts (pipeline.run.orchestrate.dask_client).
     with dask.config.set(WORKER_CONFIG), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                          dashboard_address=None, local_directory=scratch) as lc, \

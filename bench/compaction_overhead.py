@@ -6,7 +6,7 @@ the same machine):
 
 * in-process, over a generated fleet (entries parsed beforehand): ``replay_session``
   under planner v1 (``planner=capacity``) against ``replay_session`` with a
-  :class:`~pipeline.compaction.CompactionEngine` for the same capacity
+  :class:`~pipeline.compaction.engine.CompactionEngine` for the same capacity
   (``engine=...``), at a ``--window`` tight enough that many sessions need packets
   (how many, and how many packets, are printed); ratio (target <= 1.20);
 * the same on the longest session of the fleet alone (the summariser's share grows
@@ -52,19 +52,19 @@ from bench.common import (
     one_session,
     worker_peaks,
 )
-from pipeline.audit import audit_session
-from pipeline.catalog import Capacity, ModelCatalog, load_catalog
-from pipeline.compaction import CompactionEngine, CompactionOptions
+from pipeline.audit.session import audit_session
+from pipeline.compaction.cards import CardsSummariser
+from pipeline.compaction.engine import CompactionEngine, CompactionOptions
 from pipeline.io.commit import read_manifest
 from pipeline.io.storage import resolve
-from pipeline.layout import SessionKey, parse_session_path
-from pipeline.orchestrate import run_audit
-from pipeline.projection import get_rule_set
-from pipeline.reader import Entry, read_ledger
-from pipeline.replay_partitions import ReplayOptions
-from pipeline.session_replay import replay_session
-from pipeline.summarise_cards import CardsSummariser
-from pipeline.tokens import get_tokenizer
+from pipeline.ledger.layout import SessionKey, parse_session_path
+from pipeline.ledger.reader import Entry, read_ledger
+from pipeline.replay.catalog import Capacity, ModelCatalog, load_catalog
+from pipeline.replay.projection import get_rule_set
+from pipeline.replay.session import replay_session
+from pipeline.replay.tokens import get_tokenizer
+from pipeline.run.orchestrate import run_audit
+from pipeline.run.replay_batches import ReplayOptions
 
 MB = 1_000_000
 TARGET = 1.20

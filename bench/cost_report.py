@@ -36,11 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import BENCH_DIR, timed
 from jobs.cost_report import cost_job
-from pipeline.costs import price_usage
+from pipeline.costs.pricing import load_prices
+from pipeline.costs.report import price_usage
 from pipeline.io.commit import StagedRun
 from pipeline.io.storage import resolve
-from pipeline.io.tables import DATASETS, USAGE_SCHEMA
-from pipeline.pricing import load_prices
+from pipeline.tables.schemas import DATASETS, USAGE_SCHEMA
 
 MODELS = [("anthropic", "claude-sonnet-4-5"), ("anthropic", "claude-opus-4-1"),
           ("anthropic", "claude-haiku-4-5"), ("openai", "gpt-5"), ("openai", "gpt-5-mini"),

@@ -7,10 +7,10 @@ sessions (docs/scaling.md reads these numbers):
   put on moto's S3 server (a separate process) from 32 threads, then listed the way a
   run lists them (:func:`pipeline.io.storage.enumerate_sessions`: one recursive ``find``
   plus filtering): seconds, keys per second, and the memory the listing holds;
-* **planning**: :func:`pipeline.orchestrate.plan_batches` on 10^6 synthetic sessions
+* **planning**: :func:`pipeline.run.orchestrate.plan_batches` on 10^6 synthetic sessions
   (heavy-tailed sizes, 100 KB mean): seconds and the tasks it makes for 8 to 256 workers;
 * **scheduler overhead**: ``--tasks`` trivial tasks submitted to a LocalCluster of two
-  worker processes the way :func:`pipeline.orchestrate.run_batches` submits batches
+  worker processes the way :func:`pipeline.run.orchestrate.run_batches` submits batches
   (one ``submit`` each, ``as_completed``): milliseconds per task;
 * **commit**: a staged run of ``--parts`` tiny parts in each of four datasets committed
   to moto: milliseconds per part (one server-side copy and one delete each);
@@ -39,10 +39,10 @@ import pyarrow as pa
 
 from bench.common import cluster, timed
 from pipeline.io.commit import StagedRun, new_run_id
-from pipeline.io.local_s3 import local_s3
 from pipeline.io.storage import SessionObject, enumerate_sessions, resolve
-from pipeline.layout import SessionKey
-from pipeline.orchestrate import plan_batches
+from pipeline.ledger.layout import SessionKey
+from pipeline.run.orchestrate import plan_batches
+from pipeline.synth.local_s3 import local_s3
 
 MILLION = 1_000_000
 BUCKET = "vakpipe-scale"
@@ -214,7 +214,7 @@ def measure_tables(sessions: int) -> None:
     import s3fs
 
     from pipeline.io.commit import read_dataset, read_manifest
-    from pipeline.io.fleet import write_fleet
+    from pipeline.synth.fleet import write_fleet
 
     print(f"tables: `vakpipe nightly` on {sessions} generated sessions (moto)")
     with local_s3() as server:

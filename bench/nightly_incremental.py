@@ -5,7 +5,7 @@ a running cluster: its start is in neither figure):
 
 * the first night (``vakpipe nightly``: every session read, audited and replayed);
 * the second night after growing 1% of the sessions by a few valid entries each
-  (:func:`pipeline.io.fleet.grow_session`): only those are read, every other session's
+  (:func:`pipeline.synth.fleet.grow_session`): only those are read, every other session's
   rows are carried forward from the first night's partition;
 * both times, the bytes each read, and the ratio second / first (target <= 0.10);
 * where the second night's time goes: listing the archive, the tasks, and carrying the
@@ -32,20 +32,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import jobs.nightly_audit as nightly
 from bench.common import cluster, corpus_bytes, fleet, timed
-from pipeline import nightly
-from pipeline.io.fleet import grow_session
+from jobs.nightly_audit import NightlySummary, run_nightly
 from pipeline.io.storage import enumerate_sessions, resolve
-from pipeline.nightly import NightlySummary, run_nightly
-from pipeline.replay_partitions import ReplayOptions
+from pipeline.run.replay_batches import ReplayOptions
+from pipeline.synth.fleet import grow_session
 
 MB = 1_000_000
 
 
 def _warm() -> None:
     """Load what every replay task needs (a running cluster has it loaded already)."""
-    from pipeline.catalog import load_catalog
-    from pipeline.tokens import get_tokenizer
+    from pipeline.replay.catalog import load_catalog
+    from pipeline.replay.tokens import get_tokenizer
 
     get_tokenizer().count("warm")
     load_catalog()

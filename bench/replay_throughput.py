@@ -51,17 +51,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import BENCH_DIR, best_of, cluster, corpus_bytes, fleet, timed
 from bench.rss import peak_rss_bytes
-from pipeline.audit import audit_session
-from pipeline.catalog import load_catalog
-from pipeline.generate import generate_session
+from pipeline.audit.session import audit_session
 from pipeline.io.storage import resolve
-from pipeline.layout import parse_session_path
-from pipeline.orchestrate import run_audit
-from pipeline.projection import canonical_json, get_rule_set
-from pipeline.reader import Entry, LineStats, read_ledger
-from pipeline.replay_partitions import ReplayOptions
-from pipeline.session_replay import replay_session
-from pipeline.tokens import TiktokenTokenizer, _encoding
+from pipeline.ledger.layout import parse_session_path
+from pipeline.ledger.reader import Entry, LineStats, read_ledger
+from pipeline.replay.catalog import load_catalog
+from pipeline.replay.projection import canonical_json, get_rule_set
+from pipeline.replay.session import replay_session
+from pipeline.replay.tokens import TiktokenTokenizer, _encoding
+from pipeline.run.orchestrate import run_audit
+from pipeline.run.replay_batches import ReplayOptions
+from pipeline.synth.generator import generate_session
 
 MB = 1_000_000
 

@@ -8,7 +8,7 @@ commands (``vakpipe audit ROOT --out OUT`` then ``vakpipe cost OUT``), and the o
 ``vakpipe cost ROOT --out OUT`` (one process: one interpreter start, one set of imports).
 
 vakpipe's resolved genai-prices rules are cached in the user's cache folder
-(``pipeline.pricing.PriceCache``); the bench keeps its own under its scratch folder
+(``pipeline.costs.pricing.PriceCache``); the bench keeps its own under its scratch folder
 (``VAKPIPE_CACHE_DIR``), filled by the warm-up round, as a user's is after their first
 report.
 

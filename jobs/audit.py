@@ -1,25 +1,16 @@
-"""The audit job: verify every ledger under a root, commit the integrity tables.
+"""The audit job's report: what a run of :func:`pipeline.run.orchestrate.run_audit`
+prints (``vakpipe audit``, ``replay``, ``compact``, ``nightly`` and the demo all print it).
 
-Thin: the logic lives in :mod:`pipeline`; this module wires it and prints.
+The run itself is :func:`~pipeline.run.orchestrate.run_audit`, called directly: a job
+function here would only pass its arguments through.
 """
 
 from __future__ import annotations
 
 import click
 
-from pipeline.io.storage import Location, printable
-from pipeline.orchestrate import RunSummary, run_audit
-from pipeline.replay_partitions import ReplayOptions
-
-
-def audit_job(root: Location, out: Location, *, scheduler: str | None = None,
-              workers: int | None = None, progress: bool | None = None,
-              replay: ReplayOptions | None = None,
-              max_line_bytes: int | None = None) -> RunSummary:
-    """Run the audit of ``root`` into ``out`` (see :func:`pipeline.orchestrate.run_audit`);
-    with ``replay``, the replay tables too, in the same pass."""
-    return run_audit(root, out, scheduler=scheduler, workers=workers, progress=progress,
-                     replay=replay, max_line_bytes=max_line_bytes)
+from pipeline.io.storage import printable
+from pipeline.run.orchestrate import RunSummary
 
 
 def print_summary(summary: RunSummary) -> None:

@@ -1,7 +1,7 @@
 """The compaction job (``vakpipe compact``): plan the packets a capacity needs.
 
-Thin: :func:`pipeline.orchestrate.run_audit` with replay options that carry
-:class:`~pipeline.compaction.CompactionOptions`; this module builds them and prints.
+Thin: :func:`pipeline.run.orchestrate.run_audit` with replay options that carry
+:class:`~pipeline.compaction.engine.CompactionOptions`; this module builds them and prints.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import dataclasses
 import click
 
 from jobs.audit import print_summary
-from pipeline.compaction import CompactionOptions
+from pipeline.compaction.engine import CompactionOptions
 from pipeline.io.storage import Location
-from pipeline.orchestrate import RunSummary, run_audit
-from pipeline.replay_partitions import ReplayOptions
+from pipeline.run.orchestrate import RunSummary, run_audit
+from pipeline.run.replay_batches import ReplayOptions
 
 
 def compact_job(root: Location, out: Location, options: ReplayOptions,

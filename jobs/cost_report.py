@@ -1,7 +1,7 @@
 """The cost report job (``vakpipe cost``): price a run's committed ``usage`` table, write
 the cost tables (Parquet, CSV) and a self-contained HTML report.
 
-Thin: pricing and grouping are :mod:`pipeline.costs`, the page :mod:`pipeline.cost_html`;
+Thin: pricing and grouping are :mod:`pipeline.costs.report`, the page :mod:`pipeline.costs.html`;
 this module reads the run, writes the files and prints.
 """
 
@@ -22,8 +22,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from pipeline.cost_html import CostPage, hint_counts, packet_summary, render, saturation_bins
-from pipeline.costs import (
+from pipeline.costs.html import CostPage, hint_counts, packet_summary, render, saturation_bins
+from pipeline.costs.pricing import LayeredPriceTable, load_prices
+from pipeline.costs.report import (
     CostReport,
     drop_copies,
     in_window,
@@ -40,9 +41,8 @@ from pipeline.io.commit import (
     write_small_file,
 )
 from pipeline.io.storage import Location, storage_error, storage_errors
-from pipeline.partial import InputRun
-from pipeline.pricing import LayeredPriceTable, load_prices
-from pipeline.text import terminal_safe
+from pipeline.ledger.text import terminal_safe
+from pipeline.tables.partial import InputRun
 
 #: Where the report goes under the run's output by default.
 REPORT_DIR = "cost"
@@ -236,7 +236,7 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
     out : Location
         A run's output (``vakpipe audit --out``), any fsspec URL.
     by : sequence of str
-        Grouping keys of the cost table (:data:`pipeline.costs.GROUP_KEYS`).
+        Grouping keys of the cost table (:data:`pipeline.costs.report.GROUP_KEYS`).
     since, until : date or None
         Only days in [since, until] (UTC days of the records' ``ts``).
     prices_path : str or None

@@ -1,8 +1,8 @@
 """The projection regression check (``vakpipe regress``): replay an archive under a
 baseline and a candidate rule set, compare every request, commit the pairs.
 
-Thin: the runs are :func:`pipeline.orchestrate.run_audit`, the comparison is
-:mod:`pipeline.regress`; this module wires them to storage and prints.
+Thin: the runs are :func:`pipeline.run.orchestrate.run_audit`, the comparison is
+:mod:`pipeline.replay.regress`; this module wires them to storage and prints.
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ from pipeline.io.commit import (
     write_small_file,
 )
 from pipeline.io.storage import Location, check_output, storage_error, storage_errors
-from pipeline.orchestrate import RunSummary, dask_client, run_audit, scheduler_address
-from pipeline.partial import InputRun
-from pipeline.regress import (
+from pipeline.replay.regress import (
     REGRESSION_SCHEMA,
     DeltaStats,
     RegressionSummary,
@@ -39,7 +37,9 @@ from pipeline.regress import (
     compare_requests,
     summarise,
 )
-from pipeline.replay_partitions import ReplayOptions
+from pipeline.run.orchestrate import RunSummary, dask_client, run_audit, scheduler_address
+from pipeline.run.replay_batches import ReplayOptions
+from pipeline.tables.partial import InputRun
 
 #: The dataset of request pairs and the summary file, under OUT.
 REGRESSION = "regression"
@@ -159,7 +159,7 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
     sessions:
         Only the sessions with these ids (file stems); a baseline run is cut to them.
     scheduler, workers, progress:
-        As for :func:`pipeline.orchestrate.run_audit`; without a scheduler, both replays
+        As for :func:`pipeline.run.orchestrate.run_audit`; without a scheduler, both replays
         share one LocalCluster.
 
     Raises

@@ -1,7 +1,7 @@
 """The replay job (``vakpipe replay``) and the single-request view (``vakpipe show``).
 
-Thin: the logic lives in :mod:`pipeline` (:func:`pipeline.orchestrate.run_audit` with
-replay options, :mod:`pipeline.show`); this module wires storage to it and prints.
+Thin: the logic lives in :mod:`pipeline` (:func:`pipeline.run.orchestrate.run_audit` with
+replay options, :mod:`pipeline.replay.show`); this module wires storage to it and prints.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from jobs.audit import print_summary
-from pipeline.audit import audit_session
+from pipeline.audit.session import audit_session
 from pipeline.errors import UsageError
 from pipeline.formats import VAK
 from pipeline.io.storage import (
@@ -24,23 +24,23 @@ from pipeline.io.storage import (
     storage_error,
     storage_errors,
 )
-from pipeline.layout import SessionKey, parse_session_path
-from pipeline.orchestrate import RunSummary, run_audit
-from pipeline.projection import get_rule_set
-from pipeline.replay_partitions import (
-    SPOOL_MEMORY_BYTES,
-    ReplayOptions,
-    active_entries,
-    replay_spooled,
-)
-from pipeline.scopes import parse_scope
-from pipeline.show import (
+from pipeline.ledger.layout import SessionKey, parse_session_path
+from pipeline.replay.projection import get_rule_set
+from pipeline.replay.scopes import parse_scope
+from pipeline.replay.show import (
     capture_request,
     find_request,
     format_reported_request,
     format_request,
 )
-from pipeline.tokens import get_tokenizer
+from pipeline.replay.tokens import get_tokenizer
+from pipeline.run.orchestrate import RunSummary, run_audit
+from pipeline.run.replay_batches import (
+    SPOOL_MEMORY_BYTES,
+    ReplayOptions,
+    active_entries,
+    replay_spooled,
+)
 
 
 def replay_job(root: Location, out: Location, options: ReplayOptions, *,
@@ -48,7 +48,7 @@ def replay_job(root: Location, out: Location, options: ReplayOptions, *,
                workers: int | None = None, progress: bool | None = None) -> RunSummary:
     """Audit and replay the sessions under ``root`` (all, or those with the ids in
     ``sessions``) and commit the integrity, ``turns`` and ``requests`` tables under
-    ``out`` (see :func:`pipeline.orchestrate.run_audit`)."""
+    ``out`` (see :func:`pipeline.run.orchestrate.run_audit`)."""
     return run_audit(root, out, scheduler=scheduler, workers=workers, progress=progress,
                      replay=options, sessions=sessions)
 
@@ -104,7 +104,7 @@ def show_job(url: str, scope: str, options: ReplayOptions, *,
     Returns
     -------
     str
-        The text to print (:func:`pipeline.show.format_request`).
+        The text to print (:func:`pipeline.replay.show.format_request`).
     """
     loc, obj = session_object(url, storage_options)
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as spool:

@@ -14,18 +14,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.audit import SessionAudit, audit_session
-from pipeline.catalog import Capacity
-from pipeline.compaction import DEFAULT_SUMMARY_TOKENS, CompactionEngine, PlannedPacket
-from pipeline.generate import generate_session
+from pipeline.audit.session import SessionAudit, audit_session
+from pipeline.compaction.cards import CardsSummariser
+from pipeline.compaction.engine import DEFAULT_SUMMARY_TOKENS, CompactionEngine, PlannedPacket
+from pipeline.compaction.summaries import Summariser, Summary, SummaryRequest
 from pipeline.io.storage import Location
-from pipeline.layout import SessionKey, parse_session_path
-from pipeline.projection import get_rule_set
-from pipeline.reader import Entry, read_ledger
-from pipeline.replay import ReplayEngine, RequestReplay
-from pipeline.summarise import Summariser, Summary, SummaryRequest
-from pipeline.summarise_cards import CardsSummariser
-from pipeline.tokens import get_tokenizer
+from pipeline.ledger.layout import SessionKey, parse_session_path
+from pipeline.ledger.reader import Entry, read_ledger
+from pipeline.replay.catalog import Capacity
+from pipeline.replay.engine import ReplayEngine, RequestReplay
+from pipeline.replay.projection import get_rule_set
+from pipeline.replay.tokens import get_tokenizer
+from pipeline.synth.generator import generate_session
 
 RULES = get_rule_set("v1")
 
@@ -48,7 +48,7 @@ class Chain:
 
 def chain_of(path: str, data: bytes) -> Chain:
     """Audit ``data`` (the ledger at ``path``, relative to its root) and keep its active
-    chain, as the batch replay does (``replay_partitions``: same bytes, read twice)."""
+    chain, as the batch replay does (``replay_batches``: same bytes, read twice)."""
     key = parse_session_path(path)
     assert key is not None, path
     audit = audit_session(key, io.BytesIO(data), size=len(data))

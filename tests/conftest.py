@@ -37,7 +37,7 @@ from distributed import Client, LocalCluster
 from fsspec.implementations.memory import MemoryFileSystem
 from storage_helpers import BUCKET
 
-from pipeline.io.local_s3 import LocalS3, free_port, local_s3
+from pipeline.synth.local_s3 import LocalS3, free_port, local_s3
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pipeline.audit import SessionAudit, audit_session
-from pipeline.layout import SessionKey, parse_session_path, session_path
-from pipeline.reader import Entry, read_ledger
-from pipeline.types import Finding, Severity
+from pipeline.audit.session import SessionAudit, audit_session
+from pipeline.ledger.layout import SessionKey, parse_session_path, session_path
+from pipeline.ledger.reader import Entry, read_ledger
+from pipeline.ledger.types import Finding, Severity
 
 DEFAULT_CWD = "/home/me/proj"
 DEFAULT_SESSION_ID = "0199a1f2-5f00-7000-8000-00000000abcd"

@@ -73,7 +73,7 @@ def committed_rows(out: Path | Location, dataset: str) -> list[dict[str, Any]]:
 def small_fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Four small generated sessions (recorded plans, cards, packets, resets; seed 11) in
     a new folder: a fleet that replays in about a second."""
-    from pipeline.io.fleet import write_fleet
+    from pipeline.synth.fleet import write_fleet
 
     root = tmp_path_factory.mktemp("fleet")
     write_fleet(resolve(str(root)), sessions=4, seed=11, size_scale=0.5)

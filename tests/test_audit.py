@@ -1,4 +1,4 @@
-"""Unit tests of pipeline.audit: the session row, header checks, vak's sample ledger."""
+"""Unit tests of pipeline.audit.session: the session row, header checks, vak's sample ledger."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ from ledgers import (
     usage,
 )
 
-from pipeline.audit import audit_session, ts_nanos, usage_of
-from pipeline.layout import parse_session_path
-from pipeline.types import Code
+from pipeline.audit.session import audit_session
+from pipeline.ledger.entry import ts_nanos, usage_of
+from pipeline.ledger.layout import parse_session_path
+from pipeline.ledger.types import Code
 
 EXAMPLE: Path = SPEC / "example-ledger.jsonl"
 EXAMPLE_PATH = "agents/vak/sessions/2d872b17b24e117e/0199a1f2-5f00-7000-8000-00000000abcd.jsonl"

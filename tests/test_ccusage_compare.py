@@ -54,7 +54,7 @@ def test_recount_final_first_and_biggest_lines(tmp_path: Path) -> None:
 def test_recount_prices_one_hour_writes_as_vakpipe_does() -> None:
     from decimal import Decimal
 
-    from pipeline.pricing import TokenUsage, load_prices, price
+    from pipeline.costs.pricing import TokenUsage, load_prices, price
 
     (r,) = cc.recount_files([SHORT], ROOT).requests
     rule = load_prices().lookup(cc.PROVIDER, r.model)

@@ -20,8 +20,8 @@ from ledgers import (
     usage,
 )
 
-from pipeline.audit import SessionAudit
-from pipeline.types import Severity
+from pipeline.audit.session import SessionAudit
+from pipeline.ledger.types import Severity
 
 PROPERTY = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgers import LedgerBuilder, sample_session, session_key, sha, split_lines
 
-from pipeline.audit import audit_session
-from pipeline.checkpoint import (
+from pipeline.audit.checkpoint import (
     Change,
     Checkpoint,
     PrefixHasher,
@@ -25,7 +24,8 @@ from pipeline.checkpoint import (
     classify,
     missing_finding,
 )
-from pipeline.types import Code, Severity
+from pipeline.audit.session import audit_session
+from pipeline.ledger.types import Code, Severity
 
 PATH = session_key().path
 PROPERTY = settings(max_examples=200, deadline=None,

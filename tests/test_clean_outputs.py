@@ -20,11 +20,11 @@ from storage_helpers import vakpipe_exe
 
 from jobs.cost_report import read_report_manifest, stale_report_line
 from pipeline.cli import EXIT_OK, EXIT_UNUSABLE
-from pipeline.demo import audit_out, compaction_out
+from pipeline.cli.demo import audit_out, compaction_out
 from pipeline.errors import UnsafeOutputError
 from pipeline.io.commit import MANIFEST, read_manifest, write_small_file
-from pipeline.io.fleet import GROUND_TRUTH
 from pipeline.io.storage import resolve
+from pipeline.synth.fleet import GROUND_TRUTH
 
 
 def vakpipe(*args: str) -> subprocess.CompletedProcess[str]:

@@ -23,11 +23,11 @@ from click.testing import CliRunner
 from storage_helpers import BUCKET, plain_rows, vakpipe_exe
 
 from pipeline.cli import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE, main, run
-from pipeline.generate import generate_fleet, ground_truth
 from pipeline.io.commit import read_dataset, read_manifest
-from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import CREDENTIALS, LocalS3, free_port, local_s3
 from pipeline.io.storage import Location, resolve
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.generator import generate_fleet, ground_truth
+from pipeline.synth.local_s3 import CREDENTIALS, LocalS3, free_port, local_s3
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 

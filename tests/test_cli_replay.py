@@ -18,20 +18,20 @@ import pytest
 from data_paths import SPEC
 from storage_helpers import BUCKET, plain_rows
 
-from pipeline.audit import audit_session
-from pipeline.catalog import load_catalog
+from pipeline.audit.session import audit_session
 from pipeline.cli import EXIT_OK, EXIT_UNUSABLE, run
-from pipeline.generate import generate_fleet
 from pipeline.io.commit import read_dataset
-from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import Location, resolve
-from pipeline.layout import parse_session_path
-from pipeline.projection import get_rule_set
-from pipeline.reader import Entry, read_ledger
-from pipeline.scopes import FOLD_KEY_GRAMMAR
-from pipeline.show import TEXT_LIMIT, RenderingEngine, render_request
-from pipeline.tokens import get_tokenizer
+from pipeline.ledger.layout import parse_session_path
+from pipeline.ledger.reader import Entry, read_ledger
+from pipeline.replay.catalog import load_catalog
+from pipeline.replay.projection import get_rule_set
+from pipeline.replay.scopes import FOLD_KEY_GRAMMAR
+from pipeline.replay.show import TEXT_LIMIT, RenderingEngine, render_request
+from pipeline.replay.tokens import get_tokenizer
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.generator import generate_fleet
+from pipeline.synth.local_s3 import LocalS3
 
 EXAMPLE = SPEC / "example-ledger.jsonl"
 EXAMPLE_PATH = "agents/vak/sessions/2d872b17b24e117e/0199a1f2-5f00-7000-8000-00000000abcd.jsonl"

@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from storage_helpers import Places, places, plain_rows
 
-import pipeline.orchestrate as orchestrate
+import pipeline.run.orchestrate as orchestrate
 from pipeline.errors import (
     CommitError,
     CorruptManifestError,
@@ -43,11 +43,11 @@ from pipeline.io.commit import (
     valid_dataset_name,
     valid_file_name,
 )
-from pipeline.io.fleet import write_fleet
 from pipeline.io.storage import Location, check_output, enumerate_sessions, resolve
-from pipeline.io.tables import DATASETS, SESSIONS_SCHEMA, findings_table
-from pipeline.partitions import BatchResult, audit_batch
-from pipeline.types import Code, Finding
+from pipeline.ledger.types import Code, Finding
+from pipeline.run.batches import BatchResult, audit_batch
+from pipeline.synth.fleet import write_fleet
+from pipeline.tables.schemas import DATASETS, SESSIONS_SCHEMA, findings_table
 
 SESSIONS, FINDINGS = "integrity/sessions", "integrity/findings"
 

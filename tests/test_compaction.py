@@ -1,7 +1,7 @@
-"""Compaction planning (``pipeline.compaction``) and ``vakpipe compact``.
+"""Compaction planning (``pipeline.compaction.engine``) and ``vakpipe compact``.
 
 The engine tests replay generated sessions (recorded packets, resets, cards) with a
-:class:`~pipeline.compaction.CompactionEngine` fed the active chain one entry at a time.
+:class:`~pipeline.compaction.engine.CompactionEngine` fed the active chain one entry at a time.
 The command tests run ``vakpipe compact`` in-process (``pipeline.cli.run``) on the
 session's LocalCluster of worker processes: a local fleet, a round trip through the
 compacted archive (audit it, re-send its last requests), the commit of ``OUT/archive``,
@@ -39,10 +39,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from storage_helpers import BUCKET, plain_rows
 
-from pipeline import summarise_cards as summarise
-from pipeline.catalog import Capacity, load_catalog
 from pipeline.cli import EXIT_OK, EXIT_UNUSABLE, run
-from pipeline.compaction import (
+from pipeline.compaction import cards as summarise
+from pipeline.compaction.cards import CardsSummariser
+from pipeline.compaction.engine import (
     CapacityProfile,
     CompactionOptions,
     compaction_rows,
@@ -50,11 +50,11 @@ from pipeline.compaction import (
     supersede,
 )
 from pipeline.io.commit import read_dataset, read_manifest
-from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import Location, resolve
-from pipeline.scopes import supersede_summaries
-from pipeline.summarise_cards import CardsSummariser
-from pipeline.tokens import get_tokenizer
+from pipeline.replay.catalog import Capacity, load_catalog
+from pipeline.replay.scopes import supersede_summaries
+from pipeline.replay.tokens import get_tokenizer
+from pipeline.synth.local_s3 import LocalS3
 
 #: Sessions of the engine tests: (seed, turns). 0, 4 and 6 have resets; 2 and 10 have
 #: stored (ledger) packets, 2's over the first turn a planned packet starts at.
@@ -584,7 +584,7 @@ def test_compact_on_s3_with_a_distributed_cluster(s3: LocalS3, scheduler: str,
     assert not fs.exists(loc.join("_staging"))
 
 
-# --- the cards summariser's memos (pipeline/summarise_cards.py) -------------------------------
+# --- the cards summariser's memos (pipeline/compaction/cards.py) -------------------------------
 # A compaction engine summarises ever broader ranges of the same turns; the summariser
 # memoises normalised cards and the token counts of lines. Neither may change a byte.
 

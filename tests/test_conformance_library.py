@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from data_paths import CONFORMANCE
 
-from pipeline.audit import audit_session
-from pipeline.layout import parse_session_path
-from pipeline.types import Severity
+from pipeline.audit.session import audit_session
+from pipeline.ledger.layout import parse_session_path
+from pipeline.ledger.types import Severity
 
 CORPUS: Path = CONFORMANCE / "corpus"
 EXPECTED: Path = CONFORMANCE / "expected.json"

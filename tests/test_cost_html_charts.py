@@ -1,5 +1,5 @@
 """The cost report's charts are written without plotly's Python objects
-(:class:`pipeline.cost_html._Charts`): each fragment must be what plotly's own
+(:class:`pipeline.costs.html._Charts`): each fragment must be what plotly's own
 ``Figure.to_html`` writes for the same figure, to the byte but for the key order inside
 the ``plotly_white`` template (same content, read from plotly's template file).
 """
@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plotly.io.json import to_json_plotly
 
-from pipeline.cost_html import _Charts, _plotly_asset, _plotly_json
-from pipeline.text import html_text
+from pipeline.costs.html import _Charts, _plotly_asset, _plotly_json
+from pipeline.ledger.text import html_text
 
 
 def plotly_bars(n: int, title: str, x: list[str], series: dict[str, list[float]],

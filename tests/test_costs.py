@@ -31,10 +31,11 @@ from ledgers import (
 )
 from storage_helpers import BUCKET
 
-from pipeline.audit import SessionAudit
+from pipeline.audit.session import SessionAudit
 from pipeline.cli import EXIT_OK, EXIT_UNUSABLE, run
-from pipeline.cost_html import CostPage, packet_summary, render
-from pipeline.costs import (
+from pipeline.costs.html import CostPage, packet_summary, render
+from pipeline.costs.pricing import Price, Rates, Tier
+from pipeline.costs.report import (
     CostReport,
     cost_schema,
     in_window,
@@ -44,11 +45,10 @@ from pipeline.costs import (
 )
 from pipeline.errors import UsageError
 from pipeline.io.commit import read_dataset
-from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import resolve
-from pipeline.io.tables import COMPACTION_SCHEMA, USAGE_SCHEMA, usage_table
-from pipeline.pricing import Price, Rates, Tier
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3
+from pipeline.tables.schemas import COMPACTION_SCHEMA, USAGE_SCHEMA, usage_table
 
 D = Decimal
 PROVIDER, MODEL = "ollama", "gemma4:e2b-mlx"  # what LedgerBuilder writes
@@ -132,7 +132,7 @@ def test_usage_rows_tie_attempts_to_their_message_and_resolve_provider_and_model
 
 
 def test_large_sessions_are_converted_in_chunks_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pipeline.io.tables as tables
+    import pipeline.tables.schemas as tables
 
     monkeypatch.setattr(tables, "USAGE_CHUNK", 3)
     audits = []

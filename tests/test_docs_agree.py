@@ -20,9 +20,9 @@ from storage_helpers import BUCKET, vakpipe_exe
 
 from pipeline.cli import main
 from pipeline.io.commit import read_dataset
-from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import resolve
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3
 
 READING = ("audit", "replay", "show", "nightly", "compact", "regress")
 LIMIT = "2KiB"

@@ -17,8 +17,8 @@ import pytest
 from storage_helpers import vakpipe_exe
 
 from pipeline.cli import EXIT_FINDINGS, EXIT_OK, EXIT_PARTIAL, EXIT_UNUSABLE
-from pipeline.io.fleet import write_fleet
 from pipeline.io.storage import resolve
+from pipeline.synth.fleet import write_fleet
 
 
 def vakpipe(*args: str) -> subprocess.CompletedProcess[str]:

@@ -26,20 +26,20 @@ from hypothesis import strategies as st
 from ledgers import sample_session, session_key
 from storage_helpers import committed_rows
 
-from pipeline.audit import SessionAudit, audit_session
-from pipeline.catalog import load_catalog
+from jobs.nightly_audit import partition, run_nightly
+from pipeline.audit.session import SessionAudit, audit_session
 from pipeline.cli import EXIT_OK, run
-from pipeline.costs import drop_copies, price_usage
+from pipeline.costs.pricing import TokenUsage, load_prices, price
+from pipeline.costs.report import drop_copies, price_usage
 from pipeline.formats import detect
-from pipeline.formats.reported import reported_requests
 from pipeline.io.commit import read_dataset
 from pipeline.io.storage import resolve
-from pipeline.io.tables import usage_table
-from pipeline.layout import parse_session_path
-from pipeline.nightly import partition, run_nightly
-from pipeline.pricing import TokenUsage, load_prices, price
-from pipeline.reader import Entry
-from pipeline.replay_partitions import ReplayOptions
+from pipeline.ledger.layout import parse_session_path
+from pipeline.ledger.reader import Entry
+from pipeline.replay.catalog import load_catalog
+from pipeline.replay.reported import reported_requests
+from pipeline.run.replay_batches import ReplayOptions
+from pipeline.tables.schemas import usage_table
 
 CLAUDE = REAL / "claude-code" / "projects" / "-home-marco-projects-spotter"
 CODEX = REAL / "codex" / "sessions" / "2026" / "02" / "23"

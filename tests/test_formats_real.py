@@ -21,14 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from storage_helpers import vakpipe_exe
 
-from pipeline.audit import SessionAudit, audit_session
-from pipeline.catalog import load_catalog
-from pipeline.costs import drop_copies
-from pipeline.formats.reported import reported_replay
-from pipeline.io.tables import usage_table
-from pipeline.layout import parse_session_path
-from pipeline.reader import Entry
-from pipeline.types import Severity
+from pipeline.audit.session import SessionAudit, audit_session
+from pipeline.costs.report import drop_copies
+from pipeline.ledger.layout import parse_session_path
+from pipeline.ledger.reader import Entry
+from pipeline.ledger.types import Severity
+from pipeline.replay.catalog import load_catalog
+from pipeline.replay.reported import reported_replay
+from pipeline.tables.schemas import usage_table
 
 CLAUDE = REAL / "claude-code" / "projects" / "-home-marco-projects-spotter"
 CODEX = REAL / "codex" / "sessions" / "2026" / "02" / "23"

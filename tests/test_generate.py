@@ -1,4 +1,5 @@
-"""Tests of pipeline.generate: determinism, wire format, coverage, ground truth, streaming."""
+"""Tests of pipeline.synth.generator: determinism, wire format, coverage, ground truth,
+streaming."""
 
 from __future__ import annotations
 
@@ -14,23 +15,23 @@ from dataclasses import dataclass, field
 import orjson
 import pytest
 
-from pipeline.audit import SessionAudit, audit_session
-from pipeline.generate import (
+from pipeline.audit.session import SessionAudit, audit_session
+from pipeline.ledger.layout import cwd_hash, parse_session_path
+from pipeline.ledger.reader import KNOWN_KINDS, Entry, read_ledger
+from pipeline.ledger.tree import TreeIndex
+from pipeline.ledger.types import Code, Severity
+from pipeline.ledger.wire import LongText, RawEntry, serialize
+from pipeline.replay.engine import ReplayEngine, RequestReplay
+from pipeline.replay.projection import get_rule_set
+from pipeline.replay.tokens import get_tokenizer
+from pipeline.synth.generator import (
     FAULTS,
     GeneratedSession,
     generate_fleet,
     generate_session,
     ground_truth,
 )
-from pipeline.generate_replay import fork_engine
-from pipeline.layout import cwd_hash, parse_session_path
-from pipeline.projection import get_rule_set
-from pipeline.reader import KNOWN_KINDS, Entry, read_ledger
-from pipeline.replay import ReplayEngine, RequestReplay
-from pipeline.tokens import get_tokenizer
-from pipeline.tree import TreeIndex
-from pipeline.types import Code, Severity
-from pipeline.wire import LongText, RawEntry, serialize
+from pipeline.synth.replay import fork_engine
 
 TS = re.compile(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z\Z")
 UUID7 = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\Z")

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from http_helpers import Reply, Server
 
+from pipeline.compaction.http import INSTRUCTIONS, HttpSummariser, endpoint_url
+from pipeline.compaction.summaries import Detail, SummariserError, SummaryRequest, SummarySeed
 from pipeline.errors import UsageError
-from pipeline.io.http_summariser import INSTRUCTIONS, HttpSummariser, endpoint_url
-from pipeline.summarise import Detail, SummariserError, SummaryRequest, SummarySeed
 
 
 @pytest.fixture

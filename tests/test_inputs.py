@@ -27,7 +27,7 @@ from storage_helpers import committed_rows, vakpipe_exe
 from pipeline.cli import EXIT_OK, EXIT_PARTIAL, EXIT_UNUSABLE
 from pipeline.io.commit import read_manifest
 from pipeline.io.storage import resolve
-from pipeline.layout import cwd_hash, flat_session_key, ledger_stem, parse_session_path
+from pipeline.ledger.layout import cwd_hash, flat_session_key, ledger_stem, parse_session_path
 
 CODEX = REAL / "codex" / "sessions"
 CLAUDE = REAL / "claude-code" / "projects"

@@ -1,6 +1,6 @@
 """The incremental nightly audit: dated partitions, checkpoints, rows carried forward.
 
-Through :func:`pipeline.nightly.run_nightly` and the CLI (``vakpipe nightly``), on a
+Through :func:`jobs.nightly_audit.run_nightly` and the CLI (``vakpipe nightly``), on a
 generated fleet in a local folder (and once in moto's S3), with the session cluster of
 real worker processes. The archive is changed between nights the way it changes in
 production: sessions grow by valid appends, get truncated, rewritten or deleted.
@@ -21,19 +21,19 @@ from typing import Any
 import pytest
 from storage_helpers import BUCKET, committed_rows
 
-from pipeline.checkpoint import Change, Checkpoint, classify
-from pipeline.cli import run
-from pipeline.io.commit import MANIFEST, read_manifest
-from pipeline.io.fleet import GROUND_TRUTH, grow_session, write_fleet
-from pipeline.io.storage import Location, enumerate_sessions, resolve
-from pipeline.nightly import (
+from jobs.nightly_audit import (
     SUMMARY_FILE,
     NightlySummary,
     latest_partition,
     partition,
     run_nightly,
 )
-from pipeline.replay_partitions import ReplayOptions, replay_batch
+from pipeline.audit.checkpoint import Change, Checkpoint, classify
+from pipeline.cli import run
+from pipeline.io.commit import MANIFEST, read_manifest
+from pipeline.io.storage import Location, enumerate_sessions, resolve
+from pipeline.run.replay_batches import ReplayOptions, replay_batch
+from pipeline.synth.fleet import GROUND_TRUTH, grow_session, write_fleet
 
 D1, D2, D3, D4 = (date(2026, 12, d) for d in (1, 2, 3, 4))
 DATASETS = ("integrity/sessions", "integrity/findings", "usage", "turns", "requests",

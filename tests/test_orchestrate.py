@@ -1,4 +1,4 @@
-"""Tests of pipeline.orchestrate (and the per-batch functions of pipeline.partitions).
+"""Tests of pipeline.run.orchestrate (and the per-batch functions of pipeline.run.batches).
 
 The end-to-end audits read a generated fleet with injected faults from moto's S3 server
 over real HTTP, on Dask clusters of worker processes: a LocalCluster, and a scheduler
@@ -26,14 +26,13 @@ from fsspec.implementations.memory import MemoryFileSystem
 from ledgers import sample_session, session_key
 from storage_helpers import BUCKET, plain_rows
 
-import pipeline.orchestrate as orchestrate
+import pipeline.run.orchestrate as orchestrate
 from pipeline.errors import OutputInsideArchiveError, UsageError
 from pipeline.io.commit import read_dataset, read_manifest
-from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import Listing, Location, SessionObject, enumerate_sessions, resolve
-from pipeline.layout import SessionKey
-from pipeline.orchestrate import (
+from pipeline.ledger.layout import SessionKey
+from pipeline.run.batches import audit_batch
+from pipeline.run.orchestrate import (
     MAX_BATCH_BYTES,
     MAX_BATCH_FILES,
     MIN_BATCH_BYTES,
@@ -41,7 +40,8 @@ from pipeline.orchestrate import (
     plan_batches,
     run_audit,
 )
-from pipeline.partitions import audit_batch
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3
 
 SESSIONS, FINDINGS = "integrity/sessions", "integrity/findings"
 MB = 2**20

@@ -30,14 +30,15 @@ from ledgers import (
     sha,
 )
 
-from pipeline.audit import audit_session, ts_nanos
-from pipeline.compaction import CompactionOptions
-from pipeline.generate import generate_session
+from pipeline.audit.session import audit_session
+from pipeline.compaction.engine import CompactionOptions
+from pipeline.compaction.registry import get_summariser
 from pipeline.io.storage import SessionObject
-from pipeline.layout import parse_session_path
-from pipeline.replay_partitions import ReplayOptions, replay_spooled
-from pipeline.summarise import get_summariser
-from pipeline.types import Code, Severity
+from pipeline.ledger.entry import ts_nanos
+from pipeline.ledger.layout import parse_session_path
+from pipeline.ledger.types import Code, Severity
+from pipeline.run.replay_batches import ReplayOptions, replay_spooled
+from pipeline.synth.generator import generate_session
 
 ENVELOPE = frozenset({"id", "parent_id", "ts", "prev_hash", "at_turn", "kind"})
 

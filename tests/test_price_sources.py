@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from storage_helpers import vakpipe_exe
 
 from pipeline.cli import EXIT_FINDINGS, EXIT_OK
-from pipeline.pricing import (
+from pipeline.costs.pricing import (
     GenaiPriceTable,
     LayeredPriceTable,
     Price,
@@ -267,7 +267,7 @@ _OFFLINE = textwrap.dedent("""
     socket.socket.connect_ex = refuse
     socket.getaddrinfo = refuse
     socket.create_connection = refuse
-    from pipeline.pricing import TokenUsage, load_prices, price
+    from pipeline.costs.pricing import TokenUsage, load_prices, price
     table = load_prices()
     cost = price(TokenUsage(1000, 500, 9000), table.lookup("openai", "gpt-5.3-codex"))
     names = sorted(t.name for t in threading.enumerate())

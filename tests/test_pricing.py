@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.errors import PipelineError, UsageError
-from pipeline.pricing import (
+from pipeline.costs.pricing import (
     Cost,
     Price,
     PriceTable,
@@ -22,6 +21,7 @@ from pipeline.pricing import (
     load_toml_prices,
     price,
 )
+from pipeline.errors import PipelineError, UsageError
 
 #: What a report uses: vakpipe's rules over genai-prices (tests/test_price_sources.py).
 SHIPPED = load_prices()
@@ -56,7 +56,7 @@ def test_shipped_table_is_versioned_and_dated() -> None:
 
 
 def test_every_generated_model_is_priced() -> None:
-    from pipeline.generate import _MODELS
+    from pipeline.synth.generator import _MODELS
 
     for provider, model in _MODELS:
         assert SHIPPED.lookup(provider, model) is not None, (provider, model)

@@ -1,4 +1,4 @@
-"""Unit tests of pipeline.reader: envelope, strict JSON, the hash chain, spec 2.1 codes."""
+"""Unit tests of pipeline.ledger.reader: envelope, strict JSON, the hash chain, spec 2.1 codes."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from ledgers import (
     split_lines,
 )
 
-from pipeline import reader
-from pipeline.reader import Entry, parse_entry, read_ledger
-from pipeline.types import Code, Severity
+from pipeline.ledger import reader
+from pipeline.ledger.reader import Entry, parse_entry, read_ledger
+from pipeline.ledger.types import Code, Severity
 
 
 def only(findings: list[Any], code: Code) -> list[int | None]:

@@ -39,8 +39,8 @@ import s3fs
 from distributed import Client
 
 from pipeline.io.commit import read_dataset
-from pipeline.io.local_s3 import free_port, local_s3
 from pipeline.io.storage import resolve
+from pipeline.synth.local_s3 import free_port, local_s3
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.costs import spreadsheet_table
-from pipeline.redact import quote, redact
-from pipeline.text import html_text, spreadsheet_safe, terminal_safe
+from pipeline.costs.report import spreadsheet_table
+from pipeline.ledger.redact import quote, redact
+from pipeline.ledger.text import html_text, spreadsheet_safe, terminal_safe
 
 #: (name, the secret value) of every shape with a known prefix.
 TOKENS = [

@@ -1,4 +1,4 @@
-"""The projection regression check: the pure comparison (``pipeline.regress``) and
+"""The projection regression check: the pure comparison (``pipeline.replay.regress``) and
 ``vakpipe regress`` through the CLI entry point (``run``).
 
 The CLI runs join the session's LocalCluster (``dask_scheduler``) and replay a fleet of
@@ -18,11 +18,8 @@ import pytest
 from storage_helpers import BUCKET, committed_rows, small_fleet
 
 from pipeline.cli import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE, run
-from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import resolve
-from pipeline.io.tables import REQUESTS_SCHEMA
-from pipeline.regress import (
+from pipeline.replay.regress import (
     ChangeLimit,
     ComparisonError,
     Thresholds,
@@ -30,6 +27,9 @@ from pipeline.regress import (
     parse_change_limit,
     summarise,
 )
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3
+from pipeline.tables.schemas import REQUESTS_SCHEMA
 
 # --- the comparison ---------------------------------------------------------------------
 

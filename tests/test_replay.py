@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ledgers import LedgerBuilder, read_bytes, tool_result_block
 
-from pipeline.catalog import Capacity, load_catalog
-from pipeline.projection import card_line, digest_result, get_rule_set
-from pipeline.replay import ReplayEngine, RequestReplay
-from pipeline.turns import TurnState
+from pipeline.replay.catalog import Capacity, load_catalog
+from pipeline.replay.engine import ReplayEngine, RequestReplay
+from pipeline.replay.projection import card_line, digest_result, get_rule_set
+from pipeline.replay.turns import TurnState
 
 
 class CountingTokenizer:
@@ -103,11 +103,11 @@ def test_replay_work_per_entry_does_not_grow_with_the_session(seed: int) -> None
     import cProfile
     import pstats
 
-    from pipeline.audit import audit_session
-    from pipeline.generate import generate_session
-    from pipeline.layout import parse_session_path
-    from pipeline.reader import Entry
-    from pipeline.session_replay import replay_session
+    from pipeline.audit.session import audit_session
+    from pipeline.ledger.layout import parse_session_path
+    from pipeline.ledger.reader import Entry
+    from pipeline.replay.session import replay_session
+    from pipeline.synth.generator import generate_session
 
     per_entry = []
     for turns in (40, 640):
@@ -219,8 +219,8 @@ def test_catalog_override_errors_are_usage_errors(tmp_path: Any, bad: str) -> No
 
 
 def test_turn_runs_speak_the_scope_grammar() -> None:
-    from pipeline.scopes import pretty_scopes
-    from pipeline.session_replay import _turn_runs
+    from pipeline.replay.scopes import pretty_scopes
+    from pipeline.replay.session import _turn_runs
 
     iters = {1: 2, 2: 1, 3: 3, 6: 1, 7: 2}
     universe = [f"t{t}/i{i}" for t, n in {**iters, 4: 1, 5: 2}.items() for i in range(1, n + 1)]
@@ -230,7 +230,7 @@ def test_turn_runs_speak_the_scope_grammar() -> None:
 
 def _text_digest_by_definition(content: str) -> str:
     """docs/projection-rules.md's text digest, computed the plain way (every line, every
-    word), to check the shortcuts of pipeline.projection._text_digest against."""
+    word), to check the shortcuts of pipeline.replay.projection._text_digest against."""
     lines = content.split("\n")
     headings = [ln for ln in lines if ln.lstrip().startswith("#")][:5]
     flat = " ".join(content.split())
@@ -246,7 +246,7 @@ _PIECES = st.sampled_from(["# Title", "  ## sub", "\u3000# wide", ". ", ".", " "
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.one_of(_PIECES, st.text(max_size=40)), max_size=60))
 def test_text_digest_is_the_plain_definition(pieces: list[str]) -> None:
-    from pipeline.projection import _text_digest
+    from pipeline.replay.projection import _text_digest
 
     content = "".join(pieces)
     try:

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.replay_closed import Folding, Plan, SealedTurns, closed_part
-from pipeline.session_replay import _runs_without, _turn_runs
-from pipeline.turns import Turn
+from pipeline.replay.closed import Folding, Plan, SealedTurns, closed_part
+from pipeline.replay.session import _runs_without, _turn_runs
+from pipeline.replay.turns import Turn
 
 
 def _sha(text: str) -> str:
@@ -164,7 +164,7 @@ def test_closed_parts_built_turn_after_turn_are_the_walk(case: tuple[Any, ...]) 
 
 
 class _CountingHashes:
-    """Stands for :mod:`hashlib` in :mod:`pipeline.replay_closed`: counts the bytes hashed."""
+    """Stands for :mod:`hashlib` in :mod:`pipeline.replay.closed`: counts the bytes hashed."""
 
     def __init__(self) -> None:
         self.bytes = 0
@@ -192,7 +192,7 @@ class _CountingHash:
 def _bytes_hashed_per_turn(monkeypatch: Any, closed: int, plan: Plan | None) -> int:
     """Bytes the closed part hashes when one more turn closes after ``closed`` turns
     (the work of the requests of a new turn: the rest is O(1) per request)."""
-    import pipeline.replay_closed as rc
+    import pipeline.replay.closed as rc
 
     counter = _CountingHashes()
     monkeypatch.setattr(rc, "hashlib", counter)

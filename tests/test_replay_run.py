@@ -8,10 +8,10 @@ import fsspec
 from storage_helpers import plain_rows
 
 from pipeline.io.commit import read_dataset
-from pipeline.io.fleet import write_fleet
 from pipeline.io.storage import resolve
-from pipeline.orchestrate import run_audit
-from pipeline.replay_partitions import ReplayOptions
+from pipeline.run.orchestrate import run_audit
+from pipeline.run.replay_batches import ReplayOptions
+from pipeline.synth.fleet import write_fleet
 
 
 def test_audit_with_replay_reproduces_every_generated_figure(

@@ -10,12 +10,12 @@ import pytest
 from data_paths import CONFORMANCE
 from ledgers import LedgerBuilder, audit_bytes, read_bytes, sample_session
 
-from pipeline.audit import SessionAudit, audit_session
-from pipeline.generate import generate_fleet
-from pipeline.layout import parse_session_path
-from pipeline.reader import Entry, reread_entry
-from pipeline.replay_partitions import active_entries
-from pipeline.types import Code
+from pipeline.audit.session import SessionAudit, audit_session
+from pipeline.ledger.layout import parse_session_path
+from pipeline.ledger.reader import Entry, reread_entry
+from pipeline.ledger.types import Code
+from pipeline.run.replay_batches import active_entries
+from pipeline.synth.generator import generate_fleet
 
 CORPUS: Path = CONFORMANCE / "corpus"
 

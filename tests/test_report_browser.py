@@ -32,18 +32,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from storage_helpers import vakpipe_exe
 
-from pipeline.cost_html import (
+from pipeline.costs.html import (
     OVER_COLOUR,
     PALETTE,
     CostPage,
     model_colours,
     render,
 )
-from pipeline.costs import price_usage
-from pipeline.io.fleet import write_fleet
+from pipeline.costs.pricing import load_prices
+from pipeline.costs.report import price_usage
 from pipeline.io.storage import resolve
-from pipeline.io.tables import USAGE_SCHEMA
-from pipeline.pricing import load_prices
+from pipeline.synth.fleet import write_fleet
+from pipeline.tables.schemas import USAGE_SCHEMA
 
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOTS = REPO / ".pytest_cache" / "screenshots"

@@ -19,10 +19,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ledgers import read_bytes, sample_session, session_key
 
-from pipeline.audit import ts_nanos
-from pipeline.catalog import load_catalog
-from pipeline.costs import GROUP_KEYS, cost_schema
-from pipeline.io.tables import (
+from pipeline.costs.report import GROUP_KEYS, cost_schema
+from pipeline.ledger.entry import ts_nanos
+from pipeline.replay.catalog import load_catalog
+from pipeline.replay.projection import get_rule_set
+from pipeline.replay.regress import REGRESSION_SCHEMA
+from pipeline.replay.session import replay_session
+from pipeline.replay.tokens import get_tokenizer
+from pipeline.tables.schemas import (
     CHECKPOINTS_SCHEMA,
     COMPACTION_DATASETS,
     DATASETS,
@@ -30,10 +34,6 @@ from pipeline.io.tables import (
     TURNS_SCHEMA,
     rows_table,
 )
-from pipeline.projection import get_rule_set
-from pipeline.regress import REGRESSION_SCHEMA
-from pipeline.session_replay import replay_session
-from pipeline.tokens import get_tokenizer
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 TIMESTAMP = pa.timestamp("ns", tz="UTC")

@@ -1,4 +1,4 @@
-"""The scope grammar of seed 001 (pipeline.scopes): docstring examples and properties."""
+"""The scope grammar of seed 001 (pipeline.replay.scopes): docstring examples and properties."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.scopes import (
+from pipeline.replay.scopes import (
     FOLD_KEY_GRAMMAR,
     FoldKey,
     FoldRefusal,

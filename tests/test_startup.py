@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from storage_helpers import vakpipe_exe
 
-from pipeline.pricing import GenaiPriceTable, PriceCache, load_genai_prices, load_toml_prices
+from pipeline.costs.pricing import GenaiPriceTable, PriceCache, load_genai_prices, load_toml_prices
 
 _AS_OF = load_toml_prices().as_of
 assert _AS_OF is not None
@@ -130,7 +130,7 @@ def test_an_unwritable_cache_leaves_the_run_alone(tmp_path: Path) -> None:
 
 def test_dask_config_is_read_only_when_a_file_may_name_a_scheduler(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline import orchestrate
+    from pipeline.run import orchestrate
 
     commented = tmp_path / "templates.yaml"
     commented.write_text("# scheduler-address: tcp://10.0.0.5:8786\nkubernetes: {}\n")

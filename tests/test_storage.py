@@ -26,8 +26,6 @@ from pipeline.errors import (
     StorageError,
     UsageError,
 )
-from pipeline.io.fleet import GROUND_TRUTH, write_fleet
-from pipeline.io.local_s3 import LocalS3, free_port
 from pipeline.io.storage import (
     Location,
     check_output,
@@ -37,8 +35,10 @@ from pipeline.io.storage import (
     resolve,
     storage_error,
 )
-from pipeline.layout import session_path
-from pipeline.partitions import audit_object
+from pipeline.ledger.layout import session_path
+from pipeline.run.batches import audit_object
+from pipeline.synth.fleet import GROUND_TRUTH, write_fleet
+from pipeline.synth.local_s3 import LocalS3, free_port
 
 CWD = "/home/me/proj"
 CWD_HASH = "2d872b17b24e117e"  # FNV-1a of CWD (spec section 1)

@@ -10,22 +10,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgers import LedgerBuilder, attempt, read_bytes, usage
 
-from pipeline.audit import is_directive
-from pipeline.errors import PipelineError, UsageError
-from pipeline.io.http_summariser import HttpSummariser
-from pipeline.summarise import (
+from pipeline.compaction.cards import CardsSummariser
+from pipeline.compaction.http import HttpSummariser
+from pipeline.compaction.registry import get_summariser
+from pipeline.compaction.summaries import (
     Detail,
     Summariser,
     SummariserError,
     SummaryRequest,
     SummarySeed,
-    get_summariser,
     request_from_turns,
     seed_prefix,
 )
-from pipeline.summarise_cards import CardsSummariser
-from pipeline.tokens import get_tokenizer
-from pipeline.turns import TurnIndex
+from pipeline.errors import PipelineError, UsageError
+from pipeline.ledger.entry import is_directive
+from pipeline.replay.tokens import get_tokenizer
+from pipeline.replay.turns import TurnIndex
 
 TOK = get_tokenizer()
 ORDER = [Detail.FULL, Detail.SHORT, Detail.COLLAPSED, Detail.LINES, Detail.RUNS,

@@ -1,12 +1,12 @@
-"""Unit tests of pipeline.tree: spec 2.2 tree findings, chains, branches, cycles."""
+"""Unit tests of pipeline.ledger.tree: spec 2.2 tree findings, chains, branches, cycles."""
 
 from __future__ import annotations
 
 from ledgers import LedgerBuilder, audit_bytes, codes, make_id, read_bytes
 
-from pipeline.reader import Entry
-from pipeline.tree import Node, TreeIndex
-from pipeline.types import Code, Finding, Severity
+from pipeline.ledger.reader import Entry
+from pipeline.ledger.tree import Node, TreeIndex
+from pipeline.ledger.types import Code, Finding, Severity
 
 
 def build_tree(b: LedgerBuilder) -> tuple[TreeIndex, list[Finding]]:

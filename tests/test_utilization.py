@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.tokens import get_tokenizer
-from pipeline.utilization import HintLevel, HintState, hint_text, pressure, utilization
+from pipeline.replay.tokens import get_tokenizer
+from pipeline.replay.utilization import HintLevel, HintState, hint_text, pressure, utilization
 
 
 def test_fields() -> None:
@@ -46,7 +46,7 @@ def test_offline_tokenizer_counts_without_network() -> None:
 
 
 def test_cached_counts_of_short_texts_are_the_encoders() -> None:
-    from pipeline.tokens import SHORT_TEXT_CHARS, TiktokenTokenizer, _encoding
+    from pipeline.replay.tokens import SHORT_TEXT_CHARS, TiktokenTokenizer, _encoding
 
     tok, enc = TiktokenTokenizer(), _encoding("cl100k_base")
     texts = ["<turns>\n\n</turns>", "x" * SHORT_TEXT_CHARS, "y " * SHORT_TEXT_CHARS, "é🙂"]

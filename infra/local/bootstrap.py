@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     layout = BucketLayout(args.bucket, args.archive_prefix, args.reports_prefix)
     try:
         if args.serve:
-            from pipeline.io.local_s3 import local_s3
+            from pipeline.synth.local_s3 import local_s3
 
             with local_s3() as server:
                 bootstrap(s3_client(server.endpoint), layout,

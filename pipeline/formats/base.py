@@ -2,8 +2,8 @@
 loop. Pure: no IO imports.
 
 Other agents' transcripts are read onto the model the vak reader produces: a stream of
-:class:`~pipeline.reader.Entry` and :class:`~pipeline.types.Finding`, which
-:func:`pipeline.audit.audit_session` turns into the same rows as a vak ledger's. The
+:class:`~pipeline.ledger.reader.Entry` and :class:`~pipeline.ledger.types.Finding`, which
+:func:`pipeline.audit.session.audit_session` turns into the same rows as a vak ledger's. The
 mapping (docs/formats.md):
 
 * every line with an id becomes an entry; lines without one (Claude Code's file
@@ -28,9 +28,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from pipeline.reader import MAX_DETAIL_CHARS, Entry, LineStats
-from pipeline.redact import bounded, redact
-from pipeline.types import Code, Finding, OversizeLine, token_count
+from pipeline.ledger.reader import MAX_DETAIL_CHARS, Entry, LineStats
+from pipeline.ledger.redact import bounded, redact
+from pipeline.ledger.types import Code, Finding, OversizeLine, token_count
 
 #: The ``source`` of a vak ledger.
 VAK = "vak"
@@ -180,5 +180,5 @@ def text(value: Any) -> str | None:
 
 
 def count(value: Any) -> int:
-    """A token count (:func:`~pipeline.types.token_count`), else 0."""
+    """A token count (:func:`~pipeline.ledger.types.token_count`), else 0."""
     return token_count(value) or 0

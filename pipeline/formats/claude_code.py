@@ -9,7 +9,7 @@ The rules, decided in docs/formats.md:
 * an assistant message is streamed as several lines (one per content block) that share
   ``message.id`` and ``requestId``; earlier lines carry partial usage (their
   ``output_tokens`` are a running count), so the request's usage is the one of the
-  *final* line of the pair (:mod:`pipeline.audit` keeps the last line of each
+  *final* line of the pair (:mod:`pipeline.audit.session` keeps the last line of each
   ``request_key``);
 * the one-hour share of a request's cache writes
   (``usage.cache_creation.ephemeral_1h_input_tokens``) goes with it (``meta.write_1h``),
@@ -21,7 +21,7 @@ The rules, decided in docs/formats.md:
 * a parent's ``agent_progress`` lines copy its subagent's lines; the assistant ones are
   the subagent's requests (``meta.mirror``): usage records of that subagent, never
   requests of the parent, priced once with the subagent file's own copy
-  (:func:`pipeline.costs.drop_copies`) and the only record when that file is missing;
+  (:func:`pipeline.costs.report.drop_copies`) and the only record when that file is missing;
 * a user line whose ``toolUseResult`` has an ``agentId`` links that subagent to the
   ``tool_use`` it answers (``header["links"]``).
 """
@@ -32,10 +32,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pipeline.formats.base import ROOT_ID, count, json_lines, root_entry, text
-from pipeline.layout import CLAUDE_CODE
-from pipeline.reader import Entry, LineStats
-from pipeline.redact import quote
-from pipeline.types import Code, Finding
+from pipeline.ledger.layout import CLAUDE_CODE
+from pipeline.ledger.reader import Entry, LineStats
+from pipeline.ledger.redact import quote
+from pipeline.ledger.types import Code, Finding
 
 #: Line types of a Claude Code transcript known when this was written; any other type
 #: (``custom-title``, ``mode``, ...: a new version adds some) is read as activity.

@@ -38,10 +38,10 @@ from datetime import datetime
 from typing import Any
 
 from pipeline.formats.base import ROOT_ID, count, json_lines, root_entry, text
-from pipeline.layout import CODEX
-from pipeline.reader import Entry, LineStats
-from pipeline.redact import quote
-from pipeline.types import Code, Finding
+from pipeline.ledger.layout import CODEX
+from pipeline.ledger.reader import Entry, LineStats
+from pipeline.ledger.redact import quote
+from pipeline.ledger.types import Code, Finding
 
 _TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context",
                     "compacted"})

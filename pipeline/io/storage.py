@@ -31,14 +31,14 @@ from pipeline.errors import (
     UnsafeOutputError,
     UsageError,
 )
-from pipeline.layout import (
+from pipeline.ledger.layout import (
     LAYOUTS,
     SessionKey,
     flat_session_key,
     ledger_stem,
     parse_session_path,
 )
-from pipeline.types import OversizeLine
+from pipeline.ledger.types import OversizeLine
 
 #: Protocols whose paths are object keys under a bucket, with no folders to create.
 OBJECT_STORES = frozenset({"s3", "gs", "gcs", "az", "abfs", "abfss"})
@@ -440,11 +440,11 @@ def enumerate_sessions(root: Location) -> Listing:
 
     One recursive ``find`` under the prefix, then filtering, rather than a two-level
     glob (which lists every directory separately: ~25 times slower on S3). Objects in
-    the archive layouts (:func:`~pipeline.layout.parse_session_path`) are sessions;
+    the archive layouts (:func:`~pipeline.ledger.layout.parse_session_path`) are sessions;
     when there are none, the root is read flat: a single ledger file given as the root,
     or every ledger file under it (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``) whose first
     lines the formats package recognises (vak, Claude Code, Codex), keyed from its
-    content (:func:`~pipeline.layout.flat_session_key`). A local symbolic link named
+    content (:func:`~pipeline.ledger.layout.flat_session_key`). A local symbolic link named
     like a ledger is never followed: a dangling one is listed as a session the audit
     reports unreadable, any other skipped. Each subagent transcript is marked when its
     parent transcript is not in the listing (``parent_missing``).
@@ -605,7 +605,7 @@ def guarded_lines(f: Any, max_line_bytes: int = MAX_LINE_BYTES,
     """The physical lines of the binary file ``f``, none longer than ``max_line_bytes``.
 
     A line whose bytes (newline excluded) exceed the limit is skipped in pieces, never
-    held whole, and yielded as an :class:`~pipeline.types.OversizeLine` in its place,
+    held whole, and yielded as an :class:`~pipeline.ledger.types.OversizeLine` in its place,
     so line numbers stay physical. ``tap`` gets every byte as read: each line, and an
     over-long line piece by piece.
     """

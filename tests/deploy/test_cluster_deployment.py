@@ -23,9 +23,9 @@ from distributed import Client
 from storage_helpers import BUCKET, plain_rows, vakpipe_exe
 
 from pipeline.io.commit import read_dataset, read_manifest
-from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import Location, resolve
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3
 
 #: What the DaskJob's runner runs (deploy/k8s/daskjob-nightly.yaml), after ROOT.
 #: Before `vakpipe nightly` existed this was ["audit", "--replay"]; keep the two equal.

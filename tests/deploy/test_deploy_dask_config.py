@@ -11,7 +11,7 @@ import distributed
 import yaml
 from deploy_helpers import DASK_CONFIG, load, run, tool
 
-from pipeline.orchestrate import WORKER_CONFIG
+from pipeline.run.orchestrate import WORKER_CONFIG
 
 
 def leaves(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

@@ -14,10 +14,10 @@ import pytest
 import s3fs
 from deploy_helpers import REPO
 
-from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import resolve
-from pipeline.orchestrate import run_audit
+from pipeline.run.orchestrate import run_audit
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3
 
 BUCKET = "vakpipe-archive-local"
 

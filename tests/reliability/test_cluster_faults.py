@@ -30,14 +30,14 @@ import pytest
 from distributed import Client
 from storage_helpers import BUCKET, committed_rows
 
-import pipeline.orchestrate as orchestrate
+import pipeline.run.orchestrate as orchestrate
 from pipeline.cli import EXIT_OK, EXIT_PARTIAL, run
 from pipeline.io.commit import read_manifest
-from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import Location, enumerate_sessions, resolve
-from pipeline.io.tables import DATASETS, REPLAY_DATASETS
-from pipeline.replay_partitions import ReplayOptions
+from pipeline.run.replay_batches import ReplayOptions
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3
+from pipeline.tables.schemas import DATASETS, REPLAY_DATASETS
 from reliability.fault_proxy import FaultProxy, Rule, fault_proxy
 
 ARCHIVE = f"s3://{BUCKET}/archive"
@@ -133,8 +133,8 @@ SIGKILLs itself when it starts auditing the session named by VAKPIPE_TEST_POISON
 import os
 import signal
 
-import pipeline.partitions as partitions
-import pipeline.replay_partitions as replay_partitions
+import pipeline.run.batches as partitions
+import pipeline.run.replay_batches as replay_partitions
 
 POISON = os.environ["VAKPIPE_TEST_POISON"]
 
@@ -204,7 +204,7 @@ def test_too_many_killed_tasks_is_a_cluster_error(monkeypatch: pytest.MonkeyPatc
 
     from pipeline.errors import ClusterError
     from pipeline.io.storage import Listing, SessionObject
-    from pipeline.layout import SessionKey
+    from pipeline.ledger.layout import SessionKey
 
     class DeadFuture:
         key = "k"
@@ -253,9 +253,9 @@ def test_a_quarantined_session_keeps_its_checkpoint_to_be_read_again() -> None:
     so the next night reads it again instead of carrying the ``worker_crashed`` row."""
     from distributed import KilledWorker
 
-    from pipeline.checkpoint import Checkpoint
+    from pipeline.audit.checkpoint import Checkpoint
     from pipeline.io.storage import SessionObject
-    from pipeline.layout import SessionKey
+    from pipeline.ledger.layout import SessionKey
 
     key = SessionKey("agents/a/sessions/h/s.jsonl", "a", "h", "s")
     obj = SessionObject(key, f"r/{key.path}", 10, "etag-now")

@@ -31,10 +31,10 @@ from storage_helpers import BUCKET, committed_rows, plain_rows, vakpipe_exe
 
 from pipeline.cli import EXIT_OK, run
 from pipeline.io.commit import MANIFEST, STAGING, SUCCESS, read_manifest
-from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import resolve
-from pipeline.io.tables import DATASETS, REPLAY_DATASETS
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3
+from pipeline.tables.schemas import DATASETS, REPLAY_DATASETS
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 TABLES = sorted({*DATASETS, *REPLAY_DATASETS})

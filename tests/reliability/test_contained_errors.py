@@ -22,16 +22,16 @@ import pytest
 from ledgers import sample_session, session_key
 from storage_helpers import committed_rows
 
-import pipeline.partitions as partitions
-import pipeline.replay_partitions as replay_partitions
-from pipeline.checkpoint import Checkpoint
+import pipeline.run.batches as partitions
+import pipeline.run.replay_batches as replay_partitions
+from pipeline.audit.checkpoint import Checkpoint
 from pipeline.cli import EXIT_PARTIAL, run
+from pipeline.compaction.summaries import SummariserError
 from pipeline.io.commit import read_manifest
 from pipeline.io.storage import Location, enumerate_sessions, resolve
-from pipeline.partitions import NOT_READ_CODES, audit_batch
-from pipeline.replay_partitions import ReplayOptions, replay_batch
-from pipeline.summarise import SummariserError
-from pipeline.types import Code, Severity
+from pipeline.ledger.types import Code, Severity
+from pipeline.run.batches import NOT_READ_CODES, audit_batch
+from pipeline.run.replay_batches import ReplayOptions, replay_batch
 
 ARCHIVE = "memory://contained/archive"
 NAMES = ("a", "boom", "z")
@@ -127,7 +127,7 @@ def test_a_replay_that_raises_on_one_object_is_a_finding_and_keeps_its_checkpoin
     assert result.codes["audit_failed"] == 1 and result.statuses["error"] == 1
     (failed,) = [f for f in result.findings.to_pylist() if f["code"] == "audit_failed"]
     assert name_of(failed["session_path"]) == "boom"
-    assert failed["detail"].startswith("ZeroDivisionError at pipeline/replay_partitions.py")
+    assert failed["detail"].startswith("ZeroDivisionError at pipeline/run/replay_batches.py")
     # nothing of it kept: no figures, no usage without its requests, no turns
     for dataset in ("usage", "turns", "requests"):
         paths = {name_of(p) for p in result.extra[dataset]["session_path"].to_pylist()}

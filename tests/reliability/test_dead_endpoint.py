@@ -22,10 +22,10 @@ from storage_helpers import BUCKET, committed_rows
 
 from pipeline.cli import EXIT_PARTIAL, run
 from pipeline.io.commit import read_manifest
-from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import LocalS3, free_port
 from pipeline.io.storage import endpoint_unreachable, resolve
-from pipeline.partitions import MAX_CONNECTION_FAILURES, EndpointWatch
+from pipeline.run.batches import MAX_CONNECTION_FAILURES, EndpointWatch
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3, free_port
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 SESSIONS = 10

@@ -24,10 +24,10 @@ from storage_helpers import BUCKET, committed_rows
 
 from pipeline.cli import EXIT_OK, EXIT_UNUSABLE, run
 from pipeline.errors import OutputInsideArchiveError
-from pipeline.generate import generate_session
 from pipeline.io.commit import read_manifest
-from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import check_output, enumerate_sessions, printable, resolve
+from pipeline.synth.generator import generate_session
+from pipeline.synth.local_s3 import LocalS3
 
 H = "2d872b17b24e117e"
 LONG = "L" * 900

@@ -30,17 +30,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ledgers import LedgerBuilder, dumps, sample_session, session_key, sha
 
-from pipeline.audit import audit_session
-from pipeline.checkpoint import PrefixHasher
+from pipeline.audit.checkpoint import PrefixHasher
+from pipeline.audit.session import audit_session
 from pipeline.cli import run
 from pipeline.io.commit import read_dataset
 from pipeline.io.storage import MAX_LINE_BYTES, SessionObject, guarded_lines, resolve
-from pipeline.layout import parse_session_path
-from pipeline.orchestrate import redacted
-from pipeline.partitions import audit_batch
-from pipeline.reader import MAX_DETAIL_CHARS, Entry, read_ledger
-from pipeline.replay_partitions import ReplayOptions, replay_batch
-from pipeline.types import OversizeLine, Severity
+from pipeline.ledger.layout import parse_session_path
+from pipeline.ledger.reader import MAX_DETAIL_CHARS, Entry, read_ledger
+from pipeline.ledger.types import OversizeLine, Severity
+from pipeline.run.batches import audit_batch
+from pipeline.run.orchestrate import redacted
+from pipeline.run.replay_batches import ReplayOptions, replay_batch
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "big_session.py"
 ENVELOPE = (b'{"id":"0199a1f2-6a00-7000-8000-0000000000ff","parent_id":null,'
@@ -361,9 +361,9 @@ def test_payloads_of_the_wrong_type_never_crash_a_task(tmp_path: Path) -> None:
     that is not a string no block, a model that is not a string an unknown one, a row
     value its column cannot hold null. The session is audited and replayed in full: not
     contained as ``audit_failed`` (test_contained_errors.py), which would hide a crash."""
-    from pipeline.compaction import CompactionOptions
-    from pipeline.generate import generate_session
-    from pipeline.summarise import get_summariser
+    from pipeline.compaction.engine import CompactionOptions
+    from pipeline.compaction.registry import get_summariser
+    from pipeline.synth.generator import generate_session
 
     options = ReplayOptions(planner=True, compaction=CompactionOptions(
         get_summariser("cards"), window=3000))
@@ -391,10 +391,10 @@ def test_payloads_of_the_wrong_type_never_crash_a_task(tmp_path: Path) -> None:
 
 
 def test_values_of_another_type_are_read_as_absent() -> None:
-    from pipeline.audit import is_directive, usage_of
-    from pipeline.catalog import load_catalog
-    from pipeline.io.tables import REQUESTS_SCHEMA, rows_table
-    from pipeline.types import MAX_TOKEN_COUNT, token_count
+    from pipeline.ledger.entry import is_directive, usage_of
+    from pipeline.ledger.types import MAX_TOKEN_COUNT, token_count
+    from pipeline.replay.catalog import load_catalog
+    from pipeline.tables.schemas import REQUESTS_SCHEMA, rows_table
 
     good = {"input_tokens": 5, "output_tokens": 2}
     assert usage_of(good) == (5, 2, 0, 0)

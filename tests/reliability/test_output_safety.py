@@ -30,8 +30,8 @@ from storage_helpers import vakpipe_exe
 
 from pipeline.cli import EXIT_OK, EXIT_UNUSABLE
 from pipeline.io.commit import MANIFEST, STAGING, read_manifest
-from pipeline.io.fleet import write_fleet
 from pipeline.io.storage import resolve
+from pipeline.synth.fleet import write_fleet
 
 WINDOW = "8000"  # small enough that the fleet below gets packets (compacted copies)
 

@@ -21,9 +21,9 @@ import s3fs
 from storage_helpers import BUCKET, vakpipe_exe
 
 from pipeline.cli import EXIT_OK, EXIT_PARTIAL, run
-from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import enumerate_sessions, resolve
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3
 from reliability.fault_proxy import FaultProxy, Rule, fault_proxy
 
 ARCHIVE = f"s3://{BUCKET}/archive"

@@ -17,9 +17,9 @@ from typing import Any
 from ledgers import dumps
 from storage_helpers import vakpipe_exe
 
-from pipeline.generate import generate_session
 from pipeline.io.commit import read_dataset
 from pipeline.io.storage import resolve
+from pipeline.synth.generator import generate_session
 
 #: ``(kind, path, value)``: set on every entry of that kind of one session each.
 RETYPED: list[tuple[str, tuple[str, ...], Any]] = [

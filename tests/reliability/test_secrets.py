@@ -1,6 +1,6 @@
 """Row 14: secrets in transcripts never reach an output or a log.
 
-Two sessions are stuffed with credentials of every kind :mod:`pipeline.redact` knows:
+Two sessions are stuffed with credentials of every kind :mod:`pipeline.ledger.redact` knows:
 a generated 24-turn session with them in every prompt, tool result, answer and turn
 card (so compaction summarises them), and a small one with them in entry ids, kinds,
 model and provider names, receipt fields, a ``prev_hash`` and the header. Every command
@@ -38,8 +38,9 @@ from hypothesis import strategies as st
 from ledgers import LedgerBuilder, attempt, session_key, usage
 from storage_helpers import vakpipe_exe
 
-from pipeline.generate import generate_session
-from pipeline.redact import RULES, TRIGGER, bounded, redact, redact_table, redact_value
+from pipeline.ledger.redact import RULES, TRIGGER, bounded, redact, redact_value
+from pipeline.synth.generator import generate_session
+from pipeline.tables.redact import redact_table
 
 #: kind -> (text as it appears in a transcript, the part that must never be output)
 SECRETS: dict[str, tuple[str, str]] = {
@@ -170,8 +171,8 @@ def test_finding_details_redact_before_they_cut() -> None:
     redacted first, so no piece of a key is left past the cut."""
     from ledgers import audit_bytes
 
-    from pipeline.audit import audit_session
-    from pipeline.layout import parse_session_path
+    from pipeline.audit.session import audit_session
+    from pipeline.ledger.layout import parse_session_path
 
     b = LedgerBuilder()
     b.header()
@@ -192,8 +193,8 @@ def test_finding_details_redact_before_they_cut() -> None:
 
 
 def test_compaction_packets_redact_the_model_name() -> None:
-    from pipeline.compaction import PlannedPacket, packet_lines
-    from pipeline.summarise import Summary
+    from pipeline.compaction.engine import PlannedPacket, packet_lines
+    from pipeline.compaction.summaries import Summary
 
     fields = {f.name for f in dataclasses.fields(PlannedPacket)}
     assert {"model", "summary"} <= fields

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from storage_helpers import vakpipe_exe
 
-from pipeline import lifecycle
-from pipeline.io.fleet import write_fleet
 from pipeline.io.storage import resolve
+from pipeline.run import lifecycle
+from pipeline.synth.fleet import write_fleet
 
 pytestmark = pytest.mark.slow
 

@@ -26,8 +26,6 @@ from storage_helpers import BUCKET, committed_rows
 from pipeline.cli import EXIT_OK, EXIT_PARTIAL, run
 from pipeline.errors import ObjectChangedError
 from pipeline.io.commit import read_manifest
-from pipeline.io.fleet import write_fleet
-from pipeline.io.local_s3 import LocalS3
 from pipeline.io.storage import (
     Location,
     SessionObject,
@@ -36,8 +34,10 @@ from pipeline.io.storage import (
     printable,
     resolve,
 )
-from pipeline.partitions import audit_object, read_consistently
-from pipeline.types import Code
+from pipeline.ledger.types import Code
+from pipeline.run.batches import audit_object, read_consistently
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3
 from reliability.fault_proxy import FaultProxy, Rule, fault_proxy
 
 ARCHIVE = f"s3://{BUCKET}/archive"
@@ -329,7 +329,7 @@ def test_a_local_file_appended_while_read_raises_and_is_read_again(tmp_path: Pat
 
 
 def test_manifest_and_summary_quote_unread_keys_escaped() -> None:
-    from pipeline.orchestrate import RunSummary
+    from pipeline.run.orchestrate import RunSummary
 
     summary = RunSummary("r", "s3://b/a", "s3://b/o", sessions=2)
     summary.unread = ["agents/vak/sessions/h/\u202eevil\x00.jsonl", "agents/a/sessions/h/ok.jsonl"]

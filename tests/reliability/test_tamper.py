@@ -30,12 +30,12 @@ import pytest
 from ledgers import sample_session, session_key
 from storage_helpers import committed_rows, vakpipe_exe
 
-import pipeline.replay_partitions as replay_partitions
+import pipeline.run.replay_batches as replay_partitions
+from jobs.nightly_audit import SUMMARY_FILE, partition
 from pipeline.cli import EXIT_PARTIAL, EXIT_UNUSABLE, run
 from pipeline.io.commit import MANIFEST
-from pipeline.io.fleet import GROUND_TRUTH, write_fleet
 from pipeline.io.storage import resolve
-from pipeline.nightly import SUMMARY_FILE, partition
+from pipeline.synth.fleet import GROUND_TRUTH, write_fleet
 
 D1, D2, D3 = (date(2026, 12, d) for d in (1, 2, 3))
 

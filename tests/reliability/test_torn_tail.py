@@ -23,9 +23,9 @@ import io
 import pytest
 from ledgers import LedgerBuilder, sample_session, session_key, sha
 
-from pipeline.audit import SessionAudit, audit_session
+from pipeline.audit.session import SessionAudit, audit_session
 from pipeline.io.storage import guarded_lines
-from pipeline.reader import Entry, read_ledger
+from pipeline.ledger.reader import Entry, read_ledger
 
 
 def session() -> LedgerBuilder:

@@ -1,0 +1,85 @@
+"""``vakpipe demo``: the whole audit on an embedded default, in one command.
+
+A local S3 endpoint (moto's server on 127.0.0.1), a generated fleet uploaded to it, the
+audit on a LocalCluster of processes, and a summary; then two compaction what-ifs on the
+same cluster: the packets each session's bound model needs, and those it would need with
+half its window. The tables are written to local folders so they outlive the endpoint,
+every one of them under ``OUT`` and nothing beside it: the audit's in ``OUT/audit``,
+each what-if's in ``OUT/compaction-bound`` and ``OUT/compaction-half`` (each a run's
+output, committed by its own manifest).
+"""
+
+from __future__ import annotations
+
+import click
+
+from jobs.audit import print_summary
+from pipeline.compaction.cards import CardsSummariser
+from pipeline.compaction.engine import CompactionOptions
+from pipeline.io.storage import Location, resolve
+from pipeline.run.orchestrate import dask_client, run_audit
+from pipeline.run.replay_batches import ReplayOptions
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import local_s3
+
+BUCKET = "vakpipe-demo"
+#: The compaction what-ifs: folder suffix, window scale, how the line names it.
+WHAT_IFS = (("bound", 1.0, "at the bound window"), ("half", 0.5, "at half the bound window"))
+
+
+#: The audit's folder under the demo's ``--out``.
+AUDIT_DIR = "audit"
+
+
+def audit_out(out: str) -> str:
+    """The folder under ``out`` that the audit writes to."""
+    return f"{out.rstrip('/')}/{AUDIT_DIR}"
+
+
+def compaction_out(out: str, name: str) -> str:
+    """The folder under ``out`` that the ``name`` what-if writes to."""
+    return f"{out.rstrip('/')}/compaction-{name}"
+
+
+def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
+             workers: int | None = None) -> None:
+    """Run the demo and print where the results are.
+
+    Parameters
+    ----------
+    sessions, seed:
+        The generated fleet (with injected faults).
+    out:
+        Local folder of the results: the audit's tables in :func:`audit_out`, the
+        compaction what-ifs' in :func:`compaction_out` (nothing is written beside it).
+    workers:
+        LocalCluster size (default: one per core).
+    """
+    with local_s3() as s3:
+        click.echo(f"local S3 endpoint: {s3.endpoint}")
+        archive = resolve(f"s3://{BUCKET}/archive")
+        archive.filesystem().mkdir(BUCKET)
+        fleet = write_fleet(archive, sessions=sessions, seed=seed, faults=True)
+        click.echo(f"uploaded {fleet.sessions} generated sessions ({fleet.bytes:,} bytes) "
+                   f"to {archive.url}")
+        # One cluster for the three runs (started inside the endpoint's lifetime, so its
+        # workers inherit the endpoint's settings): a cluster start costs seconds.
+        with dask_client(None, workers) as client:
+            address = str(client.scheduler_info()["address"])
+            summary = run_audit(archive, resolve(audit_out(out)), scheduler=address)
+            print_summary(summary)
+            click.echo("compaction what-ifs (planner v1, summaries from the turn cards):")
+            for name, scale, label in WHAT_IFS:
+                _what_if(archive, compaction_out(out, name), scale, label, address)
+    click.echo(f"results: {resolve(out).path} (Parquet under audit/, compaction-bound/, "
+               "compaction-half/; each folder's _manifest.json lists its run)")
+
+
+def _what_if(archive: Location, out: str, scale: float, label: str, scheduler: str) -> None:
+    options = ReplayOptions(planner=True,
+                            compaction=CompactionOptions(CardsSummariser(), scale=scale))
+    done = run_audit(archive, resolve(out), scheduler=scheduler, replay=options)
+    c = done.compaction
+    click.echo(f"  {label}: {c['sessions_needing_packets']:,} of {done.sessions:,} sessions "
+               f"need packets ({c['packets']:,} planned, {c['packets_superseded']:,} "
+               f"superseded); tables: {resolve(out).path}")

@@ -1,0 +1,13 @@
+"""Costs: the ``usage`` table priced, grouped and drawn. Pure.
+
+Price tables and the pricing of one request (:mod:`~pipeline.costs.pricing`), the
+report grouped by day, agent, model... (:mod:`~pipeline.costs.report`) and its HTML page
+(:mod:`~pipeline.costs.html`).
+
+Contract: imports :mod:`pipeline.replay` (the catalog's rule files) and below only; no
+fsspec, dask or click. Neither genai-prices nor plotly is imported until used.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,155 @@
+"""The entry tree of one ledger (spec section 2.2). Pure.
+
+``parent_id`` links form a tree rooted at the header. The index keeps one small
+:class:`Node` per valid entry (never the payload), so its memory grows with the number
+of entries, not with the file size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.ledger.reader import KNOWN_KINDS, Entry
+from pipeline.ledger.redact import quote
+from pipeline.ledger.types import Code, Finding
+
+
+@dataclass(slots=True)
+class Node:
+    """What the tree keeps of one valid entry.
+
+    ``info`` is whatever the caller attached (for the audit: usage figures).
+    """
+
+    line: int
+    id: str
+    parent_id: str | None
+    kind: str
+    info: Any = None
+    on_active_chain: bool = False
+
+
+@dataclass(slots=True)
+class TreeIndex:
+    """Incrementally built tree over a ledger's valid entries, in file order."""
+
+    nodes: list[Node] = field(default_factory=list)
+    by_id: dict[str, Node] = field(default_factory=dict)
+    header: Node | None = None
+    _unresolved: list[Node] = field(default_factory=list)
+
+    def add(self, entry: Entry, info: Any = None) -> Sequence[Finding]:
+        """Add one valid entry; return the findings it raises on its own.
+
+        Parameters
+        ----------
+        entry:
+            The next valid entry in file order.
+        info:
+            Caller data kept on the node (never the payload itself).
+        """
+        ident, parent, kind = entry.id, entry.parent_id, entry.kind
+        node = Node(entry.line, ident, parent, kind, info)
+        by_id = self.by_id
+        # The common case (a known kind whose parent came earlier, a fresh id) without
+        # the checks below: this runs once per entry.
+        if (kind != "header" and kind in KNOWN_KINDS and parent in by_id
+                and ident not in by_id):
+            by_id[ident] = node
+            self.nodes.append(node)
+            return ()
+        findings: list[Finding] = []
+        if entry.kind == "header":
+            if self.header is not None:
+                findings.append(Finding(
+                    Code.SECOND_HEADER, entry.line, entry.id,
+                    f"a header was already read on line {self.header.line}",
+                ))
+            else:
+                if self.nodes:
+                    findings.append(Finding(
+                        Code.HEADER_NOT_FIRST, entry.line, entry.id,
+                        f"the header follows {len(self.nodes)} other entries",
+                    ))
+                self.header = node
+        elif entry.kind not in KNOWN_KINDS:
+            findings.append(Finding(
+                Code.UNKNOWN_KIND, entry.line, entry.id,
+                f"kind {quote(entry.kind, 40)!r} is not known; kept in chain and tree, "
+                "never projected",
+            ))
+        first = self.by_id.setdefault(entry.id, node)
+        if first is not node:
+            findings.append(Finding(
+                Code.DUPLICATE_ID, entry.line, entry.id, f"id first used on line {first.line}",
+            ))
+        if entry.parent_id is None:
+            if entry.kind != "header":
+                findings.append(Finding(
+                    Code.ORPHAN_PARENT, entry.line, entry.id,
+                    "parent_id is null on a non-header entry",
+                ))
+        elif entry.parent_id == entry.id and first is node:
+            # Checked before the lookup: the id was registered just above, so an entry
+            # naming itself as parent would otherwise pass as a known parent, silently.
+            findings.append(Finding(
+                Code.ORPHAN_PARENT, entry.line, entry.id, "entry names itself as its parent",
+            ))
+        elif entry.parent_id not in self.by_id:
+            self._unresolved.append(node)
+        self.nodes.append(node)
+        return findings
+
+    def finish(self) -> list[Finding]:
+        """Resolve parents seen late or never, mark the active chain; return findings."""
+        findings: list[Finding] = []
+        for node in self._unresolved:
+            parent = self.by_id.get(node.parent_id or "")
+            if parent is None:
+                findings.append(Finding(
+                    Code.ORPHAN_PARENT, node.line, node.id,
+                    "parent entry never appears in the file",
+                ))
+            else:
+                findings.append(Finding(
+                    Code.FORWARD_PARENT, node.line, node.id,
+                    f"parent appears later, on line {parent.line}",
+                ))
+        if self.header is None:
+            findings.append(Finding(Code.MISSING_HEADER, None, None, "no valid header entry"))
+        if self.head is not None:
+            for node in self.chain_to_root(self.head):  # no list: the order is not needed
+                node.on_active_chain = True
+        return findings
+
+    @property
+    def head(self) -> Node | None:
+        """The last valid entry (spec: the head), or ``None`` for an empty ledger."""
+        return self.nodes[-1] if self.nodes else None
+
+    def chain_to_root(self, start: Node) -> Iterator[Node]:
+        """Walk parent links from ``start`` towards the root (``start`` first).
+
+        Stops at the root, at a parent that does not exist, and at a cycle (possible
+        only in tampered files), so it always terminates.
+        """
+        seen: set[int] = set()
+        node: Node | None = start
+        while node is not None and id(node) not in seen:
+            seen.add(id(node))
+            yield node
+            node = self.by_id.get(node.parent_id) if node.parent_id is not None else None
+
+    def active_chain(self) -> list[Node]:
+        """Nodes of ``chain_to_root(head)``, root first."""
+        head = self.head
+        return list(self.chain_to_root(head))[::-1] if head is not None else []
+
+    def abandoned(self) -> list[Node]:
+        """Nodes off the active chain (abandoned branches), in file order.
+
+        Valid after :meth:`finish`, which marks the active chain.
+        """
+        return [n for n in self.nodes if not n.on_active_chain]

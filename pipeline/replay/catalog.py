@@ -1,0 +1,169 @@
+"""The model catalog: which capacity a model has, from a TOML file. Pure but for the
+catalog file read in :func:`load_catalog`.
+
+The file shape (a ``version`` key, ordered ``[[model]]`` rules matched by fnmatch
+pattern, a user's file put first) is shared with the price table
+(:mod:`pipeline.costs.pricing`): :func:`load_rule_file` and :func:`name_matches` serve both.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from pipeline.errors import UsageError
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """A model's capacity profile as the planner and utilization use it."""
+
+    model: str
+    input_limit: int
+    output_reserve: int
+    tokenizer: str = "cl100k_base"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRule:
+    """One ``[[model]]`` entry of a catalog."""
+
+    pattern: str
+    input_limit: int
+    output_reserve: int
+    tokenizer: str
+
+
+def name_matches(pattern: str, name: str) -> bool:
+    """Whether ``name`` matches the fnmatch ``pattern``, ignoring case.
+
+    Parameters
+    ----------
+    pattern : str
+        An fnmatch pattern (``*``, ``?``, ``[...]``) from a rule file.
+    name : str
+        A model or provider name as the ledger spells it.
+
+    Returns
+    -------
+    bool
+        ``True`` when the whole name matches.
+    """
+    # Providers and users spell model ids with varying case; the rule files do not.
+    return fnmatch.fnmatchcase(name.lower(), pattern.lower())
+
+
+@dataclass(frozen=True)
+class ModelCatalog:
+    """Ordered model rules: the first whose pattern matches a model name wins."""
+
+    rules: tuple[ModelRule, ...]
+    version: str = ""
+
+    def lookup(self, model: object) -> Capacity | None:
+        """Capacity of ``model``, or ``None`` when no rule matches (an unknown model);
+        a model that is not a string (no name vak writes) is unknown too."""
+        if not model or not isinstance(model, str):
+            return None
+        for rule in self.rules:
+            if name_matches(rule.pattern, model):
+                return Capacity(model, rule.input_limit, rule.output_reserve, rule.tokenizer)
+        return None
+
+    def with_window(self, window: int) -> ModelCatalog:
+        """A what-if catalog: every model gets ``window`` input tokens (``--window``)."""
+        rules = tuple(ModelRule(r.pattern, window, min(r.output_reserve, window // 4), r.tokenizer)
+                      for r in self.rules)
+        return ModelCatalog((*rules, ModelRule("*", window, window // 16, "cl100k_base")),
+                            f"{self.version}+window={window}")
+
+
+@dataclass(frozen=True, slots=True)
+class RuleFile(Generic[R]):
+    """The rules of a shipped TOML file, a user's rules first, and its top-level keys."""
+
+    rules: tuple[R, ...]
+    version: str
+    shipped: Mapping[str, Any]
+
+
+def _parse_rules(doc: Mapping[str, Any], table: str, parse: Callable[[Mapping[str, Any]], R],
+                 source: str) -> tuple[R, ...]:
+    entries = doc.get(table, [])
+    if not isinstance(entries, list):
+        raise UsageError(f"{source}: key {table!r} must be an array of tables ([[{table}]])")
+    out = []
+    for i, entry in enumerate(entries):
+        try:
+            if not isinstance(entry, dict):
+                raise TypeError(f"expected a table, got {entry!r}")
+            out.append(parse(entry))
+        except KeyError as err:
+            raise UsageError(f"{source}: [[{table}]] #{i + 1} is invalid: "
+                             f"missing key {err}") from err
+        except (TypeError, ValueError) as err:
+            raise UsageError(f"{source}: [[{table}]] #{i + 1} is invalid: {err}") from err
+    return tuple(out)
+
+
+def load_rule_file(resource: str, table: str, parse: Callable[[Mapping[str, Any]], R],
+                   override: str | Path | None, what: str) -> RuleFile[R]:
+    """Rules of the shipped ``pipeline/data/<resource>``, those of ``override`` first.
+
+    Parameters
+    ----------
+    resource : str
+        File name of the shipped TOML file inside ``pipeline.data``.
+    table : str
+        Name of the array of tables holding the rules (``model`` for ``[[model]]``).
+    parse : callable
+        Turns one entry into a rule; raises ``KeyError``, ``TypeError`` or
+        ``ValueError`` (whose text names the key) on a bad entry.
+    override : str or Path or None
+        A user's TOML file of the same shape, whose rules are tried first.
+    what : str
+        What the file is, for error messages (``"model catalog"``).
+
+    Returns
+    -------
+    RuleFile
+        The rules in match order, the version (``<shipped>+<override file name>``)
+        and the shipped file's top-level keys.
+
+    Raises
+    ------
+    UsageError
+        A file cannot be read or parsed, or an entry is invalid; the message names
+        the file, the entry and the key.
+    """
+    shipped = tomllib.loads(resources.files("pipeline.data").joinpath(resource)
+                            .read_text("utf-8"))
+    rules = _parse_rules(shipped, table, parse, resource)
+    version = str(shipped.get("version", ""))
+    if override is not None:
+        try:
+            user = tomllib.loads(Path(override).read_text("utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+            raise UsageError(f"cannot read {what} {override}: {err}") from err
+        rules = _parse_rules(user, table, parse, str(override)) + rules
+        version = f"{version}+{Path(override).name}"
+    return RuleFile(rules, version, shipped)
+
+
+def _model_rule(entry: Mapping[str, Any]) -> ModelRule:
+    return ModelRule(str(entry["pattern"]), int(entry["input_limit"]),
+                     int(entry.get("output_reserve", 0)),
+                     str(entry.get("tokenizer", "cl100k_base")))
+
+
+def load_catalog(override: str | Path | None = None) -> ModelCatalog:
+    """The shipped catalog, with the rules of ``override`` (a TOML file) put first."""
+    loaded = load_rule_file("models.toml", "model", _model_rule, override, "model catalog")
+    return ModelCatalog(loaded.rules, loaded.version)

@@ -1,0 +1,786 @@
+"""Orchestration: plan batches of whole sessions, run them, commit the output.
+
+The batches run on an :class:`Executor`: ``dask.distributed`` (a LocalCluster of
+processes sized to the machine, or an existing scheduler: ``--scheduler`` /
+``DASK_SCHEDULER_ADDRESS``), or, for an archive small enough that starting a cluster
+would cost more than it saves (:data:`LOCAL_MAX_BYTES`), this process itself, through
+the same per-batch functions. dask and distributed are imported only when a cluster is
+used (they cost ~1.5 s to import).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import posixpath
+import re
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.audit.checkpoint import Checkpoint
+from pipeline.errors import ClusterError, UsageError
+from pipeline.io.archive import ARCHIVE
+from pipeline.io.commit import STAGING, StagedRun, new_run_id
+from pipeline.io.storage import (
+    MAX_LINE_BYTES,
+    Listing,
+    Location,
+    SessionObject,
+    check_output,
+    enumerate_sessions,
+    printable,
+    storage_error,
+    storage_errors,
+)
+from pipeline.ledger.reader import MAX_DETAIL_CHARS
+from pipeline.run import lifecycle
+from pipeline.run.batches import NOT_READ_CODES, BatchResult, audit_batch, quarantined
+from pipeline.run.replay_batches import ReplayOptions, replay_batch
+from pipeline.tables.redact import redact_table
+from pipeline.tables.schemas import (
+    CHECKPOINTS_SCHEMA,
+    COMPACTION_DATASETS,
+    DATASETS,
+    REPLAY_DATASETS,
+    compaction_counts,
+)
+
+if TYPE_CHECKING:
+    from distributed import Client, KilledWorker
+
+#: A task carries at least this many bytes, or this many files, whichever comes first;
+#: a trivial task costs ~5 ms here, so small sessions travel in batches.
+MIN_BATCH_BYTES = 8 * 2**20
+MAX_BATCH_BYTES = 256 * 2**20
+MAX_BATCH_FILES = 2000
+TASKS_PER_WORKER = 4
+#: Tasks that may lose their workers (Dask's ``KilledWorker``: every worker that ran it
+#: died, ``allowed-failures`` + 1 times) in one run. Each is split in two and run again,
+#: down to the single session that kills workers, which is quarantined: one poison
+#: session in a batch of 2,000 costs 12. More means the cluster itself is failing.
+MAX_KILLED_TASKS = 64
+#: Names of objects not read, and of skipped objects, quoted in a run's manifest.
+EXAMPLES = 20
+#: Dask settings of the LocalCluster's workers (``deploy/dask/dask.yaml`` sets the same).
+#: distributed starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536`` so that glibc
+#: hands freed memory back sooner; here that makes a worker parse JSON 20-30% slower
+#: than the same code in a plain process (every parsed line allocates and frees its
+#: payload), so the workers keep glibc's own, adaptive threshold. docs/scaling.md has
+#: the measurements.
+WORKER_CONFIG: dict[str, Any] = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+
+
+def plan_batches(sessions: list[SessionObject], workers: int) -> list[list[SessionObject]]:
+    """Cut sessions (in path order) into batches balanced by bytes; never split one.
+
+    The target is ``TASKS_PER_WORKER`` batches per worker, clamped to
+    [``MIN_BATCH_BYTES``, ``MAX_BATCH_BYTES``], so every worker stays busy to the end
+    while each task is large enough to hide the scheduler's per-task cost. A session
+    larger than the target is a batch of its own.
+    """
+    total = sum(s.size for s in sessions)
+    target = total // max(1, workers * TASKS_PER_WORKER)
+    target = min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, target))
+    batches: list[list[SessionObject]] = []
+    current: list[SessionObject] = []
+    size = 0
+    for s in sessions:
+        if current and (size + s.size > target or len(current) >= MAX_BATCH_FILES):
+            batches.append(current)
+            current, size = [], 0
+        current.append(s)
+        size += s.size
+    if current:
+        batches.append(current)
+    return batches
+
+
+def select_sessions(listing: Listing, ids: frozenset[str], root_url: str) -> Listing:
+    """The sessions of ``listing`` whose id (the file's stem) is in ``ids``.
+
+    Parameters
+    ----------
+    listing:
+        What enumerating the root found.
+    ids:
+        Session ids asked for (``--session``); every one must name a session.
+    root_url:
+        The root, for the error message.
+
+    Raises
+    ------
+    UsageError
+        An id names no session under the root (a typo must not pass for "nothing to do").
+    """
+    chosen = [s for s in listing.sessions if s.key.session_id in ids]
+    missing = sorted(ids - {s.key.session_id for s in chosen})
+    if missing:
+        names = ", ".join(repr(m) for m in missing)
+        raise UsageError(f"no session with id {names} under {root_url} "
+                         "(a session's id is its file name without .jsonl)")
+    return Listing(chosen, listing.skipped, listing.skipped_examples)
+
+
+def scheduler_address(scheduler: str | None = None) -> str | None:
+    """The scheduler to join: ``scheduler``, else ``DASK_SCHEDULER_ADDRESS``, else Dask's
+    ``scheduler-address`` setting from its YAML files (dask is imported only then)."""
+    address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+    if address or not _dask_yaml_present():
+        return address
+    import dask
+
+    dask.config.refresh()
+    found: str | None = dask.config.get("scheduler-address", None)
+    return found
+
+
+def _dask_yaml_present() -> bool:
+    """Whether a Dask config file may set ``scheduler-address`` (then dask reads them).
+
+    A file that does not name the key outside a comment cannot set it, so dask (~0.1 s
+    to import) is not imported for it: a config folder of commented-out templates (as
+    dask-kubernetes leaves) is the common case. A file that cannot be read is left to
+    dask to judge.
+    """
+    places = [os.environ.get("DASK_CONFIG", ""), os.path.expanduser("~/.config/dask"),
+              "/etc/dask", os.path.join(sys.prefix, "etc", "dask")]
+    for place in places:
+        if not place or not os.path.isdir(place):
+            continue
+        for name in os.listdir(place):
+            if name.endswith((".yaml", ".yml", ".json")) and _may_set_address(
+                    os.path.join(place, name)):
+                return True
+    return False
+
+
+def _may_set_address(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return any(re.search(r"scheduler[-_]address", line.split("#", 1)[0])
+                       for line in f)
+    except OSError:
+        return True
+
+
+#: A run whose listing holds at most this many bytes and :data:`LOCAL_MAX_SESSIONS`
+#: sessions runs in this process: starting and closing a LocalCluster costs 3-6 s (and
+#: importing distributed 1.5 s) against an in-process audit of 15-80 MB/s (replay:
+#: ~5 MB/s) on one core, so below ~30 MB a cluster finishes later even on many cores.
+#: docs/reliability.md ("Signals and setup errors") has the measurements.
+LOCAL_MAX_BYTES = 32 * 2**20
+LOCAL_MAX_SESSIONS = 2000
+#: Seconds to wait for a scheduler given by address before giving up (distributed's
+#: own default is 30 s, retried: a mistyped address cost a minute).
+CONNECT_TIMEOUT_S = 10
+
+
+class TaskHandle(Protocol):
+    """A submitted batch: a Dask future, or a deferred call in this process."""
+
+    @property
+    def key(self) -> Any:
+        """Unique name of the task."""
+
+    def result(self) -> Any:
+        """Its result (raising what the task raised)."""
+
+    def release(self) -> None:
+        """Forget the result once handed over."""
+
+
+class Completion(Protocol):
+    """Handles in the order they finish; more may be added while iterating."""
+
+    def __iter__(self) -> Iterator[Any]:
+        """Each handle once finished."""
+
+    def add(self, handle: Any) -> None:
+        """Another handle to wait for."""
+
+
+class Executor(Protocol):
+    """Where a run's batches execute (:class:`DaskExecutor`, :class:`LocalExecutor`)."""
+
+    @property
+    def workers(self) -> int:
+        """How many batches run at once."""
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Start (or schedule) ``fn(*args, **kwargs)``; return its handle."""
+
+    def as_completed(self, handles: Iterable[Any]) -> Completion:
+        """The handles as they finish."""
+
+
+class DaskExecutor:
+    """Batches as tasks of a ``distributed`` client."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    @property
+    def workers(self) -> int:
+        """Workers of the cluster now."""
+        return max(1, len(self.client.scheduler_info().get("workers", {})))
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``client.submit`` (never cached: a rerun reads the objects again)."""
+        return self.client.submit(fn, *args, pure=False, **kwargs)
+
+    def as_completed(self, handles: Iterable[Any]) -> Completion:
+        """distributed's ``as_completed``."""
+        return as_completed(list(handles), loop=self.client.loop)
+
+
+def as_completed(futures: list[Any], loop: Any = None) -> Completion:
+    """distributed's ``as_completed``, imported when first used (a seam for tests)."""
+    from distributed import as_completed as dask_as_completed
+
+    done: Completion = dask_as_completed(futures, loop=loop)
+    return done
+
+
+@dataclass
+class _Deferred:
+    key: int
+    call: Callable[[], Any]
+
+    def result(self) -> Any:
+        return self.call()
+
+    def release(self) -> None:
+        self.call = _released
+
+
+def _released() -> Any:
+    raise RuntimeError("result already handed over")
+
+
+class _InOrder:
+    def __init__(self, handles: Iterable[Any]) -> None:
+        self.queue: deque[Any] = deque(handles)
+
+    def __iter__(self) -> Iterator[Any]:
+        while self.queue:
+            yield self.queue.popleft()
+
+    def add(self, handle: Any) -> None:
+        self.queue.append(handle)
+
+
+class LocalExecutor:
+    """Batches run one after the other in this process, when their result is asked for:
+    the same functions a cluster's workers run, with no cluster to start."""
+
+    workers = 1
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A deferred call of ``fn``."""
+        self._next += 1
+        return _Deferred(self._next, lambda: fn(*args, **kwargs))
+
+    def as_completed(self, handles: Iterable[Any]) -> Completion:
+        """The handles in submission order (each runs when its result is asked for)."""
+        return _InOrder(handles)
+
+
+def runs_in_process(listing: Listing, scheduler: str | None, workers: int | None) -> bool:
+    """Whether a run of ``listing`` executes in this process: ``workers == 0``
+    (``--workers 0``), or no scheduler to join, no ``--workers`` asked for and a listing
+    within :data:`LOCAL_MAX_BYTES` and :data:`LOCAL_MAX_SESSIONS`."""
+    if workers == 0:
+        return True
+    if workers is not None or scheduler_address(scheduler):
+        return False
+    return (listing.total_bytes <= LOCAL_MAX_BYTES
+            and len(listing.sessions) <= LOCAL_MAX_SESSIONS)
+
+
+@contextmanager
+def executor_for(listing: Listing, scheduler: str | None = None, workers: int | None = None,
+                 threads: bool = False) -> Iterator[Executor]:
+    """The executor a run of ``listing`` uses (see :func:`runs_in_process`); ``threads``
+    (memory://) makes a LocalCluster's workers threads of this process."""
+    if runs_in_process(listing, scheduler, workers):
+        yield LocalExecutor()
+        return
+    with dask_client(scheduler, workers, processes=not threads) as client:
+        yield DaskExecutor(client)
+
+
+@contextmanager
+def dask_client(
+    scheduler: str | None = None, workers: int | None = None, processes: bool = True
+) -> Iterator[Client]:
+    """A client on ``scheduler``, on ``DASK_SCHEDULER_ADDRESS``, or on a new LocalCluster.
+
+    The LocalCluster has one single-threaded worker process per core (the work is
+    CPU-bound Python, so threads would only share the GIL), no dashboard, and keeps its
+    scratch files in Dask's ``temporary-directory`` when one is configured, else in the
+    system's temporary directory. A scheduler that does not answer within
+    :data:`CONNECT_TIMEOUT_S` is a :class:`~pipeline.errors.ClusterError`.
+    """
+    import dask
+    from distributed import Client, LocalCluster
+
+    address = scheduler_address(scheduler)
+    if address:
+        lifecycle.stage("connecting to the scheduler")
+        from distributed.comm.addressing import parse_address, parse_host_port
+
+        try:
+            # A malformed address fails here, at once: given to a Client it waits out
+            # its timeout and leaves a half-made client whose finaliser prints a
+            # traceback at exit.
+            parse_host_port(parse_address(address)[1])
+        except (ValueError, TypeError) as err:
+            raise ClusterError(f"bad Dask scheduler address {address!r}: {err} "
+                               "(expected e.g. tcp://10.0.0.5:8786)") from err
+        try:
+            remote = Client(address, set_as_default=False, timeout=CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError, ValueError, TypeError) as err:
+            # distributed's connect timeout is an OSError; a malformed address a
+            # ValueError or TypeError from its address parser.
+            text = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ClusterError(f"cannot reach the Dask scheduler {address!r}: {text}") from err
+        with remote as client:
+            yield client
+        return
+    n = workers or os.cpu_count() or 1
+    # Re-read the YAML files and DASK_* variables: they may have changed since dask was
+    # imported (a long-lived process, a test's environment).
+    dask.config.refresh()
+    scratch = (dask.config.get("temporary-directory", None)
+               or os.path.join(tempfile.gettempdir(), "vakpipe-dask"))
+    lifecycle.stage(lifecycle.STARTING_CLUSTER)
+    _quiet_scheduler()
+    with dask.config.set({"temporary-directory": scratch, "distributed.worker.daemon": True,
+                          **WORKER_CONFIG}):
+        with lifecycle.children_ignore_interrupt():
+            cluster = LocalCluster(
+                n_workers=n,
+                threads_per_worker=1,
+                processes=processes,
+                dashboard_address=None,
+                local_directory=scratch,
+                **({"preload": [lifecycle.__name__]} if processes else {}),
+            )
+        try:
+            with Client(cluster, set_as_default=False) as client:
+                yield client
+                _quiet_shutdown(client)
+        finally:
+            _quiet_scheduler()
+            cluster.close()
+
+
+def _quiet_scheduler() -> None:
+    """The LocalCluster's scheduler and nannies log in this process: their warnings
+    ("Port ... already in use", a nanny killing a worker at close) are not a run's
+    business; errors still show."""
+    for name in ("distributed", "distributed.nanny", "distributed.scheduler"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _mute_worker_logs() -> None:
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+
+
+def _quiet_shutdown(client: Client) -> None:
+    """Mute the workers' logs before their own cluster closes: a worker's heartbeat
+    racing the scheduler's close is logged as an error with a traceback (distributed
+    does this on every close), which reads as a failure of a run that succeeded."""
+    with suppress(Exception):  # dead workers have nothing left to say
+        client.run(_mute_worker_logs)
+
+
+@dataclass
+class RunSummary:
+    """What a run did, for the console and for the manifest."""
+
+    run_id: str
+    root: str
+    out: str
+    sessions: int = 0
+    bytes: int = 0
+    skipped_objects: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)
+    codes: Counter[str] = field(default_factory=Counter)
+    #: Tasks that lost their workers and were split (see :data:`MAX_KILLED_TASKS`).
+    failed_batches: int = 0
+    #: Sessions listed but not audited (``unreadable_object``, ``changed_during_audit``,
+    #: ``worker_crashed``, ``audit_failed``): any makes the run partial.
+    unread: list[str] = field(default_factory=list)
+    #: A few of the objects that are not sessions (their keys as listed).
+    skipped_examples: tuple[str, ...] = ()
+    #: Compaction runs: sessions needing packets, packets planned and superseded, copies.
+    compaction: Counter[str] = field(default_factory=Counter)
+    #: More keys for the manifest (a nightly run's options fingerprint and changes).
+    manifest_extra: dict[str, Any] = field(default_factory=dict)
+    #: Findings by (severity, code), and the first sessions of each status (their
+    #: ``session_path``, sorted): what ``--fail-on`` names when it matches.
+    severity_codes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    status_examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def note(self, result: BatchResult) -> None:
+        """Count ``result``'s findings by severity and keep a few sessions per status."""
+        f = result.findings
+        if f.num_rows and "severity" in f.column_names:
+            for row in f.group_by(["severity", "code"]).aggregate([("code", "count")]
+                                                                   ).to_pylist():
+                self.severity_codes[(row["severity"], row["code"])] += row["code_count"]
+        t = result.sessions
+        if t.num_rows and "status" in t.column_names:
+            for status, path in zip(t["status"].to_pylist(), t["session_path"].to_pylist(),
+                                    strict=True):
+                kept = self.status_examples.setdefault(str(status), [])
+                kept.append(str(path))
+                if len(kept) > 2 * EXAMPLES:
+                    kept.sort()
+                    del kept[EXAMPLES:]
+
+    @property
+    def partial(self) -> bool:
+        """Whether some listed session was not audited (its row says why)."""
+        return bool(self.unread)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (for the manifest). Keys are quoted escaped
+        (:func:`~pipeline.io.storage.printable`); the exact ones of the sessions not
+        read are the ``session_path`` of their findings."""
+        return {
+            "root": self.root,
+            "sessions": self.sessions,
+            "bytes": self.bytes,
+            "skipped_objects": self.skipped_objects,
+            "skipped_examples": [printable(k) for k in sorted(self.skipped_examples)],
+            "statuses": dict(sorted(self.statuses.items())),
+            "findings_by_code": dict(sorted(self.codes.items())),
+            "failed_batches": self.failed_batches,
+            "partial": self.partial,
+            "unread_objects": len(self.unread),
+            "unread_examples": [printable(k) for k in sorted(self.unread)[:EXAMPLES]],
+            **({"compaction": dict(sorted(self.compaction.items()))} if self.compaction else {}),
+            **self.manifest_extra,
+        }
+
+
+def redacted(task: Callable[..., BatchResult], *args: Any, **kwargs: Any) -> BatchResult:
+    """Run a batch task and redact every table it returns (see :mod:`pipeline.ledger.redact`).
+
+    Wraps every task of a run, on the worker: whatever a task copies from the
+    transcripts (ids, models, details, summaries) reaches the output only redacted, and
+    a finding's detail and entry id at most :data:`~pipeline.ledger.reader.MAX_DETAIL_CHARS`
+    long, whichever module wrote the row.
+    """
+    return redact_result(task(*args, **kwargs))
+
+
+def redact_result(result: BatchResult) -> BatchResult:
+    """``result`` with every table redacted (see :func:`redacted`)."""
+    result.sessions = redact_table(result.sessions)
+    result.findings = redact_table(result.findings, limits={
+        "detail": MAX_DETAIL_CHARS, "entry_id": MAX_DETAIL_CHARS})
+    result.extra = {name: redact_table(table) for name, table in result.extra.items()}
+    return result
+
+
+def quarantine(index: int, obj: SessionObject, err: KilledWorker,
+               previous: Mapping[str, Checkpoint | None] | None) -> BatchResult:
+    """The result of a session whose task killed every worker that ran it: a
+    ``worker_crashed`` row, and (nightly) its previous checkpoint kept, to be read
+    again the next night."""
+    result = quarantined(index, obj, f"every worker that ran it died "
+                         f"({err.allowed_failures + 1} times): quarantined, not audited")
+    before = previous.get(obj.key.path) if previous is not None else None
+    if previous is not None:
+        rows = [before.reread().as_row()] if before is not None else []
+        result.extra["checkpoints"] = pa.Table.from_pylist(rows, schema=CHECKPOINTS_SCHEMA)
+    return redact_result(result)
+
+
+def _killed_worker() -> tuple[type[BaseException], ...]:
+    # Only a Dask run can lose a worker; distributed is imported by then.
+    dist = sys.modules.get("distributed")
+    return (dist.KilledWorker,) if dist is not None else ()
+
+
+def run_batches(
+    executor: Executor | Client,
+    root: Location,
+    listing: Listing,
+    on_result: Callable[[BatchResult], None],
+    *,
+    progress: bool | None = None,
+    replay: ReplayOptions | None = None,
+    previous: Mapping[str, Checkpoint | None] | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> int:
+    """Submit one task per batch (audit, or audit and replay) and hand each result over
+    as it arrives; with ``previous``, each task gets its objects' checkpoints. An audit
+    reads lines up to ``max_line_bytes``; a replay, up to its options'.
+
+    ``executor`` is an :class:`Executor` or a ``distributed`` client. A worker that dies
+    under a task is Dask's business: the task runs again elsewhere. A task whose workers
+    all died (``KilledWorker``, after Dask's ``allowed-failures``) is split in two halves,
+    run again, and so on down to the one session that kills them, which is quarantined
+    (``worker_crashed``); the rest of its batch is audited. Returns the number of tasks
+    split so.
+
+    Raises
+    ------
+    ClusterError
+        More than :data:`MAX_KILLED_TASKS` tasks lost their workers.
+    """
+    run: Executor = (executor if isinstance(executor, (LocalExecutor, DaskExecutor))
+                     else DaskExecutor(cast("Client", executor)))
+    batches = plan_batches(listing.sessions, run.workers)
+    # Only a limit other than the default travels with the tasks.
+    limit = {} if max_line_bytes == MAX_LINE_BYTES else {"max_line_bytes": max_line_bytes}
+    planned: dict[Any, tuple[int, list[SessionObject]]] = {}
+
+    def submit(index: int, batch: list[SessionObject]) -> Any:
+        if replay is None:
+            handle = run.submit(redacted, audit_batch, root, index, batch, **limit)
+        else:
+            handle = run.submit(redacted, replay_batch, root, index, batch, replay,
+                                None if previous is None else
+                                {o.key.path: previous.get(o.key.path) for o in batch})
+        planned[handle.key] = (index, batch)
+        return handle
+
+    reporter = lifecycle.current()
+    if progress is not None:
+        reporter.progress = progress
+    reporter.stage(lifecycle.READING, sessions=len(listing.sessions),
+                   nbytes=listing.total_bytes)
+    handles = [submit(i, batch) for i, batch in enumerate(batches)]
+    # Parts of split batches are numbered after the plan's, so every part name is unique.
+    next_index = len(batches)
+    killed = 0
+    queue = run.as_completed(handles)
+    for handle in queue:
+        index, batch = planned.pop(handle.key)
+        try:
+            result: BatchResult = handle.result()
+        except _killed_worker() as caught:
+            err = cast("KilledWorker", caught)
+            handle.release()
+            killed += 1
+            if killed > MAX_KILLED_TASKS:
+                raise ClusterError(
+                    f"{killed} tasks lost every worker that ran them (the last on "
+                    f"{err.last_worker.address}): the cluster is failing, not one "
+                    "input; see the workers' logs") from err
+            if len(batch) > 1:
+                half = len(batch) // 2
+                for part in (batch[:half], batch[half:]):
+                    queue.add(submit(next_index, part))
+                    next_index += 1
+                continue
+            result = quarantine(index, batch[0], err, previous)
+        on_result(result)
+        reporter.advance(len(batch), result.bytes_read)
+        handle.release()
+    return killed
+
+
+def run_audit(
+    root: Location,
+    out: Location,
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    progress: bool | None = None,
+    replay: ReplayOptions | None = None,
+    sessions: frozenset[str] | None = None,
+    max_line_bytes: int | None = None,
+) -> RunSummary:
+    """Audit every session under ``root`` and commit the integrity tables under ``out``.
+
+    With ``replay``, each object is also replayed (read from storage once) and the
+    ``turns`` and ``requests`` tables are committed with the integrity ones.
+
+    Parameters
+    ----------
+    root, out:
+        Archive to read and output location (never inside the archive).
+    scheduler:
+        Address of an existing Dask scheduler; default a LocalCluster.
+    workers:
+        LocalCluster size (default: one per core).
+    progress:
+        Show a progress bar (default: when stderr is a terminal).
+    sessions:
+        Only the sessions with these ids (see :func:`select_sessions`); default all.
+    max_line_bytes:
+        The longest line read (``--max-line-bytes``); a longer one is reported, never
+        read into memory. Default: the replay options', else
+        :data:`~pipeline.io.storage.MAX_LINE_BYTES`.
+
+    Returns
+    -------
+    RunSummary
+        Counts of sessions, bytes, statuses and finding codes.
+    """
+    in_process = check_locations(root, out, scheduler)
+    listing = list_sessions(root)
+    if sessions is not None:
+        listing = select_sessions(listing, sessions, root.url)
+    summary = RunSummary(new_run_id(), root.url, out.url, len(listing.sessions),
+                         listing.total_bytes, listing.skipped)
+    return execute_run(root, out, listing, summary, scheduler=scheduler, workers=workers,
+                       progress=progress, replay=replay, in_process=in_process,
+                       max_line_bytes=max_line_bytes)
+
+
+def check_locations(root: Location, out: Location, scheduler: str | None) -> bool:
+    """Refuse an output inside the archive, and memory:// with a remote cluster; check
+    that the output takes a write (:func:`probe_output`); return whether the run must
+    stay in this process (memory://). Before any object is listed or read."""
+    lifecycle.stage(lifecycle.SETUP)
+    check_output(root, out)
+    # memory:// lives in this process only: its workers must be threads here, never the
+    # workers of a scheduler (given, or found in DASK_SCHEDULER_ADDRESS).
+    if root.protocol == "memory" and scheduler_address(scheduler):
+        raise UsageError(
+            "memory:// exists only inside this process; a remote cluster cannot read it"
+        )
+    probe_output(out)
+    return "memory" in (root.protocol, out.protocol)
+
+
+PROBE_NAME = ".vakpipe-write-probe"
+
+
+def probe_output(out: Location) -> None:
+    """Write and delete one small object under ``OUT/_staging``: an output that cannot
+    be written (no bucket, no endpoint, read-only, no credentials) is found before the
+    archive is listed, not when the first part is written a minute later. Folders the
+    probe had to make are removed again when they were not there before.
+
+    Raises
+    ------
+    StorageError
+        The probe could not be written or deleted.
+    """
+    fs = out.filesystem()
+    staging = out.join(STAGING)
+    path = posixpath.join(staging, f"{PROBE_NAME}-{uuid.uuid4().hex[:8]}")
+    out.check_inside(path)
+    local = out.protocol in ("file", "local")
+    made = [p for p in (out.path, staging) if local and not os.path.isdir(p)]
+    try:
+        out.makedirs(staging)
+        fs.pipe_file(path, b"vakpipe\n")
+        fs.rm_file(path)
+    except storage_errors() as err:
+        raise storage_error(err, out.url) from err
+    finally:
+        for folder in reversed(made):
+            with suppress(OSError):
+                os.rmdir(folder)
+
+
+def list_sessions(root: Location) -> Listing:
+    """:func:`~pipeline.io.storage.enumerate_sessions` as the run's ``listing`` stage (a
+    local root that does not exist and one that holds no ledger get different
+    messages there)."""
+    lifecycle.stage(lifecycle.LISTING)
+    return enumerate_sessions(root)
+
+
+def execute_run(
+    root: Location,
+    out: Location,
+    listing: Listing,
+    summary: RunSummary,
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    progress: bool | None = None,
+    replay: ReplayOptions | None = None,
+    in_process: bool = False,
+    previous: Mapping[str, Checkpoint | None] | None = None,
+    before_commit: Callable[[StagedRun], None] | None = None,
+    max_line_bytes: int | None = None,
+) -> RunSummary:
+    """Run the tasks of ``listing`` and commit everything under ``out`` in one commit.
+
+    ``previous`` (a nightly run) checks each object against its checkpoint and adds the
+    ``checkpoints`` table; ``before_commit`` may stage more parts (rows carried
+    forward) once every task is in. ``max_line_bytes``, when given, overrides the
+    replay options' line limit.
+    """
+    if replay is not None and max_line_bytes is not None:
+        replay = dataclasses.replace(replay, max_line_bytes=max_line_bytes)
+    schemas = {**DATASETS, **(REPLAY_DATASETS if replay is not None else {}),
+               **(COMPACTION_DATASETS if replay is not None and replay.compaction else {}),
+               **({"checkpoints": CHECKPOINTS_SCHEMA} if previous is not None else {})}
+    staged = StagedRun(out, summary.run_id, schemas)
+    write_archive = replay is not None and replay.compaction is not None and replay.write_archive
+    # Before any task: a corrupt previous manifest, a link under OUT or a path of the
+    # commit resolving into the archive stops the run here, with nothing written.
+    staged.preflight(root, (ARCHIVE,) if write_archive else ())
+    summary.skipped_examples = summary.skipped_examples or listing.skipped_examples
+    if replay is not None and write_archive:
+        # Workers write the compacted copies into this run's staging folder; the commit
+        # publishes them under OUT/archive with the rest, or not at all.
+        replay = dataclasses.replace(
+            replay, run_ns=time.time_ns(),
+            archive_to=dataclasses.replace(out, path=staged.stage_dir(ARCHIVE)))
+
+    def collect(result: BatchResult) -> None:
+        staged.write_part("integrity/sessions", result.index, result.sessions)
+        staged.write_part("integrity/findings", result.index, result.findings)
+        for name, table in result.extra.items():
+            staged.write_part(name, result.index, table)
+        for name, paths in result.files.items():
+            staged.add_files(name, paths)
+            summary.compaction[f"{name}_sessions"] += len(paths)
+        if "compaction" in result.extra:
+            summary.compaction.update(compaction_counts(result.extra["compaction"]))
+        summary.statuses.update(result.statuses)
+        summary.codes.update(result.codes)
+        summary.note(result)
+        if any(result.codes.get(code) for code in NOT_READ_CODES):
+            findings = result.findings
+            not_read = pc.is_in(findings["code"], value_set=pa.array(sorted(NOT_READ_CODES)))
+            summary.unread.extend(findings.filter(not_read)["session_path"].to_pylist())
+
+    try:
+        if listing.sessions:
+            with executor_for(listing, scheduler, workers, threads=in_process) as run:
+                summary.failed_batches += run_batches(
+                    run, root, listing, collect, progress=progress, replay=replay,
+                    previous=previous, max_line_bytes=max_line_bytes or MAX_LINE_BYTES)
+        if before_commit is not None:
+            before_commit(staged)
+        # A signal during the commit waits for its end: once the manifest is renamed the
+        # run is committed, and before that the crash-safe commit needs no interruption.
+        with lifecycle.deferred_signals():
+            lifecycle.stage(lifecycle.COMMITTING)
+            staged.commit(summary.as_dict())
+    except lifecycle.Interrupted as stop:
+        if not stop.committed:
+            staged.abort()
+        raise
+    except BaseException:
+        staged.abort()
+        raise
+    return summary

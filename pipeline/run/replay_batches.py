@@ -1,0 +1,370 @@
+"""Per-batch functions of the replay: audit and replay a batch of sessions, reading
+each object once. Module-level and picklable; no dask imports.
+
+The active chain is known only once a whole ledger has been read (the head is its last
+valid entry), so the bytes read for the audit are spooled — in memory up to
+``SPOOL_MEMORY_BYTES``, then to local disk — and the replay re-reads the spool, not the
+object store.
+"""
+
+from __future__ import annotations
+
+import errno
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import IO
+
+from pipeline.audit.checkpoint import Checkpoint, PrefixHasher, checkpoint_of
+from pipeline.audit.session import SessionAudit, audit_session
+from pipeline.compaction.engine import (
+    CapacityProfile,
+    CompactionEngine,
+    CompactionOptions,
+    compaction_rows,
+    packet_lines,
+    supersede,
+)
+from pipeline.errors import StorageError
+from pipeline.formats import VAK
+from pipeline.io.archive import ARCHIVE, write_compacted
+from pipeline.io.storage import (
+    MAX_LINE_BYTES,
+    Location,
+    SessionObject,
+    Tap,
+    check_output,
+    guarded_lines,
+    open_lines,
+    storage_errors,
+)
+from pipeline.ledger.reader import Entry, read_ledger, reread_entry
+from pipeline.ledger.types import Code
+from pipeline.replay.catalog import ModelCatalog, load_catalog
+from pipeline.replay.projection import get_rule_set
+from pipeline.replay.reported import reported_replay, transcript_entries
+from pipeline.replay.scopes import parse_fold_key_to_scopes
+from pipeline.replay.session import SessionReplay, replay_session
+from pipeline.replay.tokens import get_tokenizer
+from pipeline.run.batches import (
+    UNCONTAINED,
+    BatchResult,
+    EndpointWatch,
+    audit_batch_result,
+    failed,
+    not_attempted,
+    read_consistently,
+)
+from pipeline.tables.schemas import (
+    CHECKPOINTS_SCHEMA,
+    COMPACTION_SCHEMA,
+    REQUESTS_SCHEMA,
+    TURNS_SCHEMA,
+    rows_table,
+)
+
+SPOOL_MEMORY_BYTES = 64 * 2**20
+#: A session up to this size keeps its parsed entries from the audit for the replay
+#: (~10 times its bytes in memory); a larger one is parsed again from the spool.
+KEEP_ENTRIES_BYTES = 4 * 2**20
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """What a replay run asks for (picklable: it travels with every task)."""
+
+    rules: str = "v1"
+    catalog: ModelCatalog = field(default_factory=load_catalog)
+    planner: bool = False
+    scope: str | None = None
+    #: Plan the packets a capacity profile needs (the ``compaction`` table).
+    compaction: CompactionOptions | None = None
+    #: Write a compacted copy of every session that got packets (``--write-archive``).
+    write_archive: bool = False
+    #: Where the copies go (set by the run: its staging folder), and the run time their
+    #: packets are stamped with.
+    archive_to: Location | None = None
+    run_ns: int = 0
+    #: Lines longer than this are skipped unread and reported (``--max-line-bytes``).
+    max_line_bytes: int = MAX_LINE_BYTES
+
+
+def _both(first: Tap, second: Tap) -> Tap:
+    def tap(data: bytes) -> None:
+        first(data)
+        second(data)
+    return tap
+
+
+def active_entries(spool: IO[bytes], audit: SessionAudit,
+                   max_line_bytes: int = MAX_LINE_BYTES,
+                   kept: list[Entry] | None = None) -> Iterator[Entry]:
+    """The active-chain entries of a spooled ledger, root first: of ``kept`` (the
+    entries the audit read, when it kept them), else read again from the spool's start
+    through the same line limit as the audit (the spool holds the over-long lines)."""
+    active = audit.active
+    if kept is not None:
+        return (e for e in kept if (e.line, e.id) in active)
+    spool.seek(0)
+    lines = guarded_lines(spool, max_line_bytes)
+    if audit.row.get("source", VAK) != VAK:
+        # Another agent's transcript: its adapter reads it again (ids are its own).
+        return transcript_entries(lines, active)
+    if any(f.code is Code.TORN_MERGE or (f.code is Code.DAMAGED_ENTRY and f.entry_id)
+           for f in audit.findings):
+        # Entries recovered from inside a line: only the reader finds them again.
+        return (item for item in read_ledger(lines)
+                if isinstance(item, Entry) and (item.line, item.id) in active)
+    return _entries_on(lines, {line for line, _ in active})
+
+
+def _entries_on(lines: Iterator[bytes], wanted: set[int]) -> Iterator[Entry]:
+    """The entries on the physical lines ``wanted``, which the audit found valid, one
+    entry a line: parsed again, neither hashed nor checked (half the cost of a read)."""
+    for number, raw in enumerate(lines, 1):
+        if number in wanted:
+            yield reread_entry(raw[:-1] if raw[-1:] == b"\n" else raw, number)
+
+
+def replay_spooled(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
+                   options: ReplayOptions, kept: list[Entry] | None = None) -> SessionReplay:
+    """Replay a session's active chain from its spooled bytes, or from the entries the
+    audit ``kept`` (and plan its packets)."""
+    if audit.row.get("source", VAK) != VAK:
+        # Another agent's transcript: its turns and reported sizes, nothing to replay or
+        # compact.
+        turns, requests = reported_replay(
+            audit, options.catalog, active_entries(spool, audit, options.max_line_bytes, kept))
+        if options.scope:
+            universe = [r["scope"] for r in requests]
+            chosen = {str(s) for s in parse_fold_key_to_scopes(options.scope, universe)}
+            requests = [r for r in requests if r["scope"] in chosen]
+        return SessionReplay(turns=turns, requests=requests)
+    rules = get_rule_set(options.rules)
+    tokenizer = get_tokenizer()
+    model = audit.row.get("model")
+    cap = options.catalog.lookup(model) if options.planner else None
+    planning = options.compaction
+    profile = planning.profile(options.catalog, model) if planning is not None else None
+    session_id = audit.row.get("session_id") or obj.key.session_id
+
+    def compaction_engine(profile: CapacityProfile) -> CompactionEngine:
+        assert planning is not None
+        return CompactionEngine(rules, tokenizer, capacity=profile.capacity,
+                                summariser=planning.summariser, session_id=session_id,
+                                summary_tokens=planning.summary_tokens)
+
+    # Under the planner the replay and the packet planning share one pass: the requests
+    # are then counted with the planned packets in place, for the profile's capacity.
+    engine = None
+    if profile is not None and options.planner:
+        cap = profile.capacity
+        engine = compaction_engine(profile)
+    result = replay_session(obj.key, active_entries(spool, audit, options.max_line_bytes, kept),
+                            rules=rules,
+                            tokenizer=tokenizer, catalog=options.catalog, planner=cap,
+                            engine=engine)
+    if options.scope:
+        universe = [r["scope"] for r in result.requests]
+        chosen = {str(s) for s in parse_fold_key_to_scopes(options.scope, universe)}
+        result.requests = [r for r in result.requests if r["scope"] in chosen]
+    if profile is not None:
+        if engine is None:
+            engine = compaction_engine(profile)
+            for entry in active_entries(spool, audit, options.max_line_bytes, kept):
+                for _ in engine.feed(entry):
+                    pass
+        planned = supersede(engine.planned)
+        result.compaction = compaction_rows(obj.key, session_id, planned, profile)
+        result.packets = planned.survivors
+    return result
+
+
+def _write_archive(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
+                   replayed: SessionReplay, options: ReplayOptions,
+                   root: Location | None = None) -> str | None:
+    """Write the compacted copy of a session that got packets; return its path.
+
+    A ledger whose last line is torn is not copied: a packet appended after the torn
+    line would turn its ``torn_tail`` into another finding (the round trip promises
+    none), and vak repairs such a tail itself before it appends.
+
+    Never where a source ledger is: the copy's path, its links resolved, must lie
+    outside the archive ``root``, and no symbolic link may lie on its way below the
+    staging folder (else :class:`~pipeline.errors.OutputInsideArchiveError` or
+    :class:`~pipeline.errors.UnsafeOutputError`, which stop the run).
+    """
+    head_id, head_hash = audit.row.get("head_id"), audit.row.get("head_hash")
+    if (options.archive_to is None or not replayed.packets or not head_id or not head_hash
+            or any(f.code is Code.TORN_TAIL for f in audit.findings)
+            # A compressed ledger (.jsonl.gz/.zst) is not copied: its copy would be the
+            # decompressed bytes under a compressed name (docs/formats.md).
+            or obj.key.compression is not None):
+        return None
+    session = audit.row.get("session_id") or obj.key.session_id
+    lines = packet_lines(replayed.packets, session, head_id=head_id, head_hash=head_hash,
+                         now_ns=options.run_ns)
+    target = options.archive_to.join(obj.key.path)
+    options.archive_to.check_inside(target)
+    if root is not None:
+        check_output(root, options.archive_to, (target,))
+    try:
+        write_compacted(options.archive_to, obj.key.path, spool, lines)
+    except StorageError as err:
+        # A key the output's filesystem cannot hold as a name (an S3 key of 1,000 bytes,
+        # one local file name is at most 255): that copy is left out, its packets stay
+        # ``archived: false``, and the run goes on. Any other failure is the output's.
+        cause = err.__cause__
+        if not isinstance(cause, OSError) or cause.errno != errno.ENAMETOOLONG:
+            raise
+        return None
+    kept = {p.packet_id(session) for p in replayed.packets}
+    for row in replayed.compaction:
+        row["archived"] = row["packet_id"] in kept
+    return obj.key.path
+
+
+def audit_and_replay(
+    root: Location, obj: SessionObject, options: ReplayOptions,
+    new_hasher: Callable[[], PrefixHasher] | None = None,
+    watch: EndpointWatch | None = None,
+) -> tuple[SessionAudit, SessionReplay | None, str | None, PrefixHasher | None]:
+    """Audit one object and replay it, reading it from storage once (twice when it
+    changed under the first read: :func:`~pipeline.run.batches.read_consistently`); with
+    an archive destination, also write its compacted copy (whose path is returned).
+    ``new_hasher`` makes the hasher that sees every byte of the read kept (for
+    checkpoints); it is returned with the rest when it saw the whole object (also when
+    the audit or the replay raised), else ``None``. No replay when the object was not read;
+    an audit or a replay that raises (a bug; not the errors of
+    :data:`~pipeline.run.batches.UNCONTAINED`) makes it ``audit_failed``, with no replay.
+    """
+    hashers: list[PrefixHasher] = []
+    kept: list[Entry] | None = None
+    whole = False  # the hasher saw every byte of the version read
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as spool:
+        def read(version: SessionObject) -> SessionAudit:
+            nonlocal kept, whole
+            whole = False
+            # A re-read starts over: the spool, the hasher and the entries kept hold
+            # one version's bytes.
+            spool.seek(0)
+            spool.truncate()
+            hashers.clear()
+            kept = [] if version.size <= KEEP_ENTRIES_BYTES else None
+            tap: Tap = spool.write
+            if new_hasher is not None:
+                hashers.append(new_hasher())
+                tap = _both(spool.write, hashers[0].update)
+            # The spool and the hasher see the exact bytes, over-long lines included (in
+            # pieces), so the compacted copy and the checkpoint are the object's own.
+            with open_lines(root, version, max_line_bytes=options.max_line_bytes,
+                            tap=tap) as lines:
+                try:
+                    audit = audit_session(version.key, lines, size=version.size, keep=kept)
+                except (*UNCONTAINED, *storage_errors()):
+                    raise
+                except Exception:
+                    # An audit that raises (audit_failed) must not hide a history break:
+                    # the rest of the object still goes past the hasher.
+                    if hashers:
+                        for _ in lines:
+                            pass
+                        whole = True
+                    raise
+            whole = True
+            audit.row["etag"] = version.etag
+            return audit
+
+        audit, was_read = read_consistently(root, obj, read, watch)
+        # Only a hasher that saw the whole object can judge it against its checkpoint.
+        hasher = hashers[0] if hashers and whole else None
+        if not was_read:
+            return audit, None, None, hasher
+        try:
+            replayed = replay_spooled(obj, audit, spool, options, kept)
+            copy = _write_archive(obj, audit, spool, replayed, options, root)
+        except UNCONTAINED:
+            raise
+        except Exception as err:
+            # Like an audit that raised: the object is ``audit_failed``, nothing of its
+            # audit kept (no figures, no usage rows without their requests).
+            return failed(obj, err), None, None, hasher
+        return audit, replayed, copy, hasher
+
+
+def checkpoint_rows(path: str, before: Checkpoint | None, audit: SessionAudit,
+                    replayed: SessionReplay | None,
+                    hasher: PrefixHasher | None) -> list[dict[str, object]]:
+    """Judge one object read by a nightly run against its checkpoint ``before``; add the
+    history findings to ``audit``; return its checkpoint row for tonight (none or one).
+
+    The verdict depends on the hasher alone, never on the audit or the replay: one that
+    raised (``audit_failed``) still gets ``history_truncated``/``history_rewritten`` on
+    its row, beside its ``audit_failed``. Its checkpoint is then not advanced: the old
+    one is kept without ETag, so the next night reads it again and reports the break
+    again, until the session replays (a new checkpoint is only taken of rows that are
+    whole). Not read whole (``hasher`` is ``None``): nothing to judge, the old
+    checkpoint is kept for the next night to read it again.
+    """
+    if hasher is None:
+        return [] if before is None else [before.reread().as_row()]
+    broken = hasher.findings(before) if before is not None else []
+    audit.add_findings(broken)
+    if replayed is None:
+        return [] if before is None else [before.reread().as_row()]
+    checkpoint = checkpoint_of(path, hasher, audit.row)
+    return [(checkpoint.reread() if broken else checkpoint).as_row()]
+
+
+def replay_batch(root: Location, index: int, batch: list[SessionObject],
+                 options: ReplayOptions,
+                 previous: dict[str, Checkpoint | None] | None = None) -> BatchResult:
+    """Audit and replay a batch of whole sessions: one Dask task of a replay run.
+
+    With ``previous`` (a nightly run: each object's checkpoint, or ``None`` for a new
+    one), every object is checked against its checkpoint while it is read, and the new
+    checkpoints are returned as the ``checkpoints`` table. An object that cannot be
+    read keeps its old checkpoint; that one, and the new checkpoint of an object with a
+    history finding, lose their ETag so the next run reads the object again
+    (:meth:`Checkpoint.reread`).
+    """
+    audits: list[SessionAudit] = []
+    turns: list[dict[str, object]] = []
+    requests: list[dict[str, object]] = []
+    compaction: list[dict[str, object]] = []
+    archived: list[str] = []
+    checkpoints: list[dict[str, object]] = []
+    # A dead storage endpoint: once it failed MAX_CONNECTION_FAILURES objects in a row,
+    # the rest of the batch is reported not read, without a request.
+    watch = EndpointWatch()
+    for obj in batch:
+        before = previous.get(obj.key.path) if previous is not None else None
+        if watch.dead:
+            audits.append(not_attempted(obj, watch))
+            if previous is not None:
+                checkpoints.extend(checkpoint_rows(obj.key.path, before, audits[-1], None,
+                                                   None))
+            continue
+        audit, replayed, copy, hasher = audit_and_replay(
+            root, obj, options, None if previous is None else
+            partial(PrefixHasher, before.verified_bytes if before else None), watch)
+        if previous is not None:
+            checkpoints.extend(checkpoint_rows(obj.key.path, before, audit, replayed, hasher))
+        audits.append(audit)
+        if replayed is not None:
+            turns.extend(replayed.turns)
+            requests.extend(replayed.requests)
+            compaction.extend(replayed.compaction)
+        if copy is not None:
+            archived.append(copy)
+    result = audit_batch_result(index, batch, audits)
+    result.extra["turns"] = rows_table(turns, TURNS_SCHEMA)
+    result.extra["requests"] = rows_table(requests, REQUESTS_SCHEMA)
+    if options.compaction is not None:
+        result.extra["compaction"] = rows_table(compaction, COMPACTION_SCHEMA)
+    if options.archive_to is not None:
+        result.files[ARCHIVE] = archived
+    if previous is not None:
+        result.extra["checkpoints"] = rows_table(checkpoints, CHECKPOINTS_SCHEMA)
+    return result
