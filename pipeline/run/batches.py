@@ -127,7 +127,7 @@ def _error_text(err: BaseException) -> str:
     return quote(f"{type(err).__name__}: {err}".splitlines()[0], MAX_DETAIL_CHARS)
 
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # pipeline/, above run/
 
 
 def _failure_text(err: BaseException) -> str:
