@@ -8,7 +8,6 @@ this module reads the run, writes the files and prints.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import json
 from collections.abc import Sequence
@@ -182,8 +181,7 @@ def stale_report_line(out: Location, dest: Location | None = None) -> str | None
 
 
 def _default_dest(out: Location) -> Location:
-    return dataclasses.replace(out, url=f"{out.url.rstrip('/')}/{REPORT_DIR}",
-                               path=out.join(REPORT_DIR))
+    return out.child(REPORT_DIR)
 
 
 def _table_bytes(table: pa.Table) -> tuple[bytes, bytes]:

@@ -62,7 +62,7 @@ _CARRIED_PART = 1_000_000
 def partition(out: Location, day: date) -> Location:
     """The location of ``day``'s partition under ``out``."""
     name = f"date={day.isoformat()}"
-    return dataclasses.replace(out, url=f"{out.url.rstrip('/')}/{name}", path=out.join(name))
+    return out.child(name)
 
 
 def _names(fs: Any, path: str) -> list[str]:

@@ -7,10 +7,8 @@ Thin: the runs are :func:`pipeline.run.orchestrate.run_audit`, the comparison is
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
-import posixpath
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -83,11 +81,6 @@ class RegressionReport:
             "breaches": list(self.breaches),
             "passed": not self.breaches,
         }
-
-
-def _below(loc: Location, name: str) -> Location:
-    return dataclasses.replace(loc, url=posixpath.join(loc.url.rstrip("/"), name),
-                               path=loc.join(name))
 
 
 def _read_requests(run: Location, what: str) -> pa.Table:
@@ -176,7 +169,7 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
     # OUT/baseline and OUT/candidate are committed first: OUT itself is checked here.
     check_vakpipe_output(out)
     thresholds = thresholds or Thresholds()
-    base_loc, cand_loc = _below(out, BASELINE), _below(out, CANDIDATE)
+    base_loc, cand_loc = out.child(BASELINE), out.child(CANDIDATE)
     old: pa.Table | None = None
     if baseline_run is not None:
         if baseline_run.protocol == out.protocol and baseline_run.path == out.path:

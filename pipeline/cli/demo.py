@@ -7,20 +7,21 @@ half its window. The tables are written to local folders so they outlive the end
 every one of them under ``OUT`` and nothing beside it: the audit's in ``OUT/audit``,
 each what-if's in ``OUT/compaction-bound`` and ``OUT/compaction-half`` (each a run's
 output, committed by its own manifest).
+
+Its heavy imports (the cluster, the local S3 server, the generator) wait for the command
+to run: ``vakpipe --help`` and every other command load none of them.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from jobs.audit import print_summary
-from pipeline.compaction.cards import CardsSummariser
-from pipeline.compaction.engine import CompactionOptions
-from pipeline.io.storage import Location, resolve
-from pipeline.run.orchestrate import dask_client, run_audit
-from pipeline.run.replay_batches import ReplayOptions
-from pipeline.synth.fleet import write_fleet
-from pipeline.synth.local_s3 import local_s3
+from pipeline.io.storage import resolve
+
+if TYPE_CHECKING:
+    from pipeline.io.storage import Location
 
 BUCKET = "vakpipe-demo"
 #: The compaction what-ifs: folder suffix, window scale, how the line names it.
@@ -41,6 +42,16 @@ def compaction_out(out: str, name: str) -> str:
     return f"{out.rstrip('/')}/compaction-{name}"
 
 
+@click.command()
+@click.option("--sessions", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--seed", type=int, default=7, show_default=True)
+@click.option("--out", default="out/demo", show_default=True, help="Where the tables go.")
+@click.option("--workers", type=click.IntRange(min=1), default=None)
+def demo(sessions: int, seed: int, out: str, workers: int | None) -> None:
+    """Start a local S3 endpoint, upload a generated fleet, audit it, print a summary."""
+    run_demo(sessions=sessions, seed=seed, out=out, workers=workers)
+
+
 def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
              workers: int | None = None) -> None:
     """Run the demo and print where the results are.
@@ -55,6 +66,11 @@ def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
     workers:
         LocalCluster size (default: one per core).
     """
+    from jobs.audit import print_summary
+    from pipeline.run.orchestrate import dask_client, run_audit
+    from pipeline.synth.fleet import write_fleet
+    from pipeline.synth.local_s3 import local_s3
+
     with local_s3() as s3:
         click.echo(f"local S3 endpoint: {s3.endpoint}")
         archive = resolve(f"s3://{BUCKET}/archive")
@@ -76,6 +92,11 @@ def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
 
 
 def _what_if(archive: Location, out: str, scale: float, label: str, scheduler: str) -> None:
+    from pipeline.compaction.cards import CardsSummariser
+    from pipeline.compaction.engine import CompactionOptions
+    from pipeline.run.orchestrate import run_audit
+    from pipeline.run.replay_batches import ReplayOptions
+
     options = ReplayOptions(planner=True,
                             compaction=CompactionOptions(CardsSummariser(), scale=scale))
     done = run_audit(archive, resolve(out), scheduler=scheduler, replay=options)

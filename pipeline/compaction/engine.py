@@ -216,8 +216,7 @@ class CompactionEngine(ReplayEngine):
         extra = self.reset[0] if self.reset is not None else 0
         if "Card" in modes.values():  # an upper bound: growing the range may absorb them
             if self._card_wrapper is None:
-                wrapper = f"{self.rules.turns_open()}\n\n{self.rules.turns_close()}"
-                self._card_wrapper = self.rules.message_overhead + self.count(wrapper)
+                self._card_wrapper = self.rules.message_overhead + self.turns_wrapper()[0]
             extra += self._card_wrapper
         return extra
 

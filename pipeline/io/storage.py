@@ -150,6 +150,12 @@ class Location:
         """Filesystem path of ``parts`` below this location."""
         return "/".join([self.path.rstrip("/"), *parts])
 
+    def child(self, name: str) -> Location:
+        """The location of ``name`` below this one: same storage and options, its URL
+        and path one segment deeper (``OUT/date=…``, ``OUT/baseline``, ``OUT/cost``)."""
+        return dataclasses.replace(self, url=f"{self.url.rstrip('/')}/{name}",
+                                   path=self.join(name))
+
     def contains(self, other: Location) -> bool:
         """Whether ``other`` lies at or below this location on the same storage."""
         if self.protocol != other.protocol:

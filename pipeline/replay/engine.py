@@ -149,6 +149,13 @@ class ReplayEngine:
         """Tokens of one segment."""
         return self.tok.count(text)
 
+    def turns_wrapper(self) -> tuple[int, str]:
+        """Tokens and text of what surrounds a message's Card lines (``<turns>\\n\\n</turns>``
+        under v1), the message's overhead not included: the closed part, the
+        compaction planner's budget and ``show`` all count it here."""
+        text = f"{self.rules.turns_open()}\n\n{self.rules.turns_close()}"
+        return self.count(text), text
+
     def _block_tokens(self, block: dict[str, Any], *, thinking: bool) -> tuple[int, str]:
         kind = block.get("type")
         if kind == "text":
@@ -387,10 +394,9 @@ class ReplayEngine:
         turns = self.index.turns
         start = self.reset[2] if self.reset is not None else 0
         plan = self._planned(turns[start:-1]) if self.planner is not None else self.plan
-        wrapper = f"{self.rules.turns_open()}\n\n{self.rules.turns_close()}"
+        wrapper_tokens, wrapper = self.turns_wrapper()
         folding = Folding(turns, self._turn_numbers, self._card_cost, self.packets,
-                          self.reset, (self.rules.message_overhead + self.count(wrapper),
-                                       wrapper))
+                          self.reset, (self.rules.message_overhead + wrapper_tokens, wrapper))
         result = closed_part(self._sealed, folding, plan, self.prefix.digest)
         self._closed_cache = (key, result)
         return result

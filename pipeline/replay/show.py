@@ -161,7 +161,7 @@ def render_request(engine: RenderingEngine, entry: Entry) -> RenderedRequest | N
                                      f"packet {turn_runs(list(req.plan_packet_turns))}",
                                      overhead))
     if req.plan_card_turns:
-        wrapper_tokens = engine.count(f"{rules.turns_open()}\n\n{rules.turns_close()}")
+        wrapper_tokens = engine.turns_wrapper()[0]
         costs = [engine.costs[n - 1] for n in req.plan_card_turns]
         text = "\n".join([rules.turns_open(), *(c.card_line for c in costs), rules.turns_close()])
         tokens = wrapper_tokens + sum(c.card_tokens or 0 for c in costs)

@@ -1,0 +1,61 @@
+"""The ``vakpipe`` command group and its one error handler (:class:`_Commands`).
+
+The command modules define plain click commands; :mod:`pipeline.cli` adds them here.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from pipeline.cli._exits import EXIT_UNUSABLE
+from pipeline.cli._options import DEFAULT_HEARTBEAT_S
+from pipeline.errors import PipelineError
+
+
+def _fail(err: PipelineError) -> None:
+    click.echo(f"vakpipe: error: {err}", err=True)
+    sys.exit(EXIT_UNUSABLE)
+
+
+class _Commands(click.Group):
+    """The command group: every command runs inside one lifecycle, in one place.
+
+    A :class:`~pipeline.run.lifecycle.Reporter` (stage, progress bar or heartbeat) is in
+    force for the command; SIGINT and SIGTERM stop it cleanly (staging removed, cluster
+    closed, one line, exit 130 / 143); a :class:`~pipeline.errors.PipelineError` is one
+    ``vakpipe: error:`` line and exit 2. Commands need no handler of their own.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command inside the lifecycle."""
+        from pipeline.run import lifecycle
+
+        try:
+            with lifecycle.reporting(lifecycle.Reporter(heartbeat=DEFAULT_HEARTBEAT_S)), \
+                    lifecycle.handle_signals():
+                return super().invoke(ctx)
+        except PipelineError as err:
+            _fail(err)
+        except lifecycle.Interrupted as stop:
+            click.echo(stop.line(), err=True)
+            sys.exit(stop.exit_code)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="vakpipe")
+def main() -> None:
+    """Audit, replay and compact archives of vak session ledgers.
+
+    \b
+    Exit codes of the commands that read an archive:
+      0  the run completed (findings are data, not failures)
+      1  --fail-on matched (regress: a threshold was exceeded)
+      2  unusable input or setup, or a failed commit (one line on stderr)
+      3  the run completed but is partial: some sessions could not be read or
+         audited (unreadable_object, changed_during_audit, worker_crashed,
+         audit_failed); the tables hold everything else, the manifest says
+         "partial": true
+    """

@@ -1,0 +1,32 @@
+"""``vakpipe generate``: a synthetic fleet in vak's wire format, with its ground truth."""
+
+from __future__ import annotations
+
+import click
+
+from pipeline.cli._options import (
+    storage_option,
+)
+from pipeline.io.storage import parse_storage_options, resolve
+
+
+@click.command()
+@click.argument("out")
+@click.option("--sessions", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--faults/--no-faults", default=False, help="Inject one fault into some sessions.")
+@click.option("--force", is_flag=True,
+              help="Write into a folder that is not empty (adds sessions; replaces "
+                   "ground-truth.json).")
+@storage_option
+def generate(out: str, sessions: int, seed: int, faults: bool, force: bool,
+             storage_options: tuple[str, ...]) -> None:
+    """Write a synthetic fleet in vak's wire format under OUT (an empty folder, unless
+    --force), with its ground truth."""
+    from pipeline.synth.fleet import write_fleet
+
+    loc = resolve(out, parse_storage_options(storage_options))
+    written = write_fleet(loc, sessions=sessions, seed=seed, faults=faults,
+                          exclusive=not force)
+    click.echo(f"wrote {written.sessions} sessions, {written.bytes:,} bytes under {out}; "
+               f"ground truth: {written.truth_path}")
