@@ -31,7 +31,6 @@ from pipeline.synth.generator import (
     generate_session,
     ground_truth,
 )
-from pipeline.synth.replay import fork_engine
 
 TS = re.compile(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z\Z")
 UUID7 = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\Z")
@@ -448,14 +447,29 @@ def test_a_forked_engine_is_independent() -> None:
     es = entries(s.lines())
     cut = max(i for i, e in enumerate(es) if e.role == "user" and not e.meta.get("control")
               and e.content[0].get("type") == "text")  # the last directive
-    engine = ReplayEngine(get_rule_set("v1"), get_tokenizer())
+    rules, tok = get_rule_set("v1"), get_tokenizer()
+    engine = ReplayEngine(rules, tok)
     for e in es[:cut]:
         list(engine.feed(e))
-    before = (len(engine.index.turns), [c.full.hexdigest() for c in engine.costs],
-              engine.costs[-1].open.tokens, dict(engine._tools))
-    fork = fork_engine(engine)
-    for e in es[cut:]:
-        list(fork.feed(e))
-    after = (len(engine.index.turns), [c.full.hexdigest() for c in engine.costs],
-             engine.costs[-1].open.tokens, dict(engine._tools))
-    assert before == after and len(fork.index.turns) == len(engine.index.turns) + 1
+
+    def state(en: ReplayEngine) -> tuple[object, ...]:
+        return (len(en.index.turns), [c.full.hexdigest() for c in en.costs],
+                en.costs[-1].open.tokens, en.costs[-1].open.hexdigest(), dict(en.packets))
+
+    before = state(engine)
+    fork = engine.fork()
+    forked = [r for e in es[cut:] for r in fork.feed(e)] + list(fork.finish())
+    assert state(engine) == before and len(fork.index.turns) == len(engine.index.turns) + 1
+    # Feeding the original afterwards gives what a replay that never forked gives, and so
+    # does the fork: neither saw the other's entries.
+    alone = ReplayEngine(rules, tok)
+    whole = [r for e in es for r in alone.feed(e)] + list(alone.finish())
+    rest = [r for e in es[cut:] for r in engine.feed(e)] + list(engine.finish())
+    assert rest == forked and rest == whole[-len(rest):]
+
+
+def test_a_fork_refuses_state_it_does_not_know() -> None:
+    engine = ReplayEngine(get_rule_set("v1"), get_tokenizer())
+    engine.extra = []  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match="does not know its state"):
+        engine.fork()

@@ -155,12 +155,13 @@ class CompactionEngine(ReplayEngine):
         self._requesting: Entry | None = None
         self._card_wrapper: int | None = None  # tokens of the <turns> message around cards
 
-    def _replay(self, entry: Entry) -> Any:
+    def on_request(self, entry: Entry) -> None:
+        """Remember the request a packet planned now is needed by."""
         self._requesting = entry
-        return super()._replay(entry)
 
-    def _compaction(self, entry: Entry) -> None:
-        super()._compaction(entry)
+    def on_compaction(self, entry: Entry) -> None:
+        """A packet of the ledger seeds the next one over its first turn; a reset drops
+        every seed."""
         data = entry.data
         if data.get("reset_all") is True:
             self._seeds.clear()
@@ -170,8 +171,10 @@ class CompactionEngine(ReplayEngine):
         if isinstance(first, str) and isinstance(last, str) and isinstance(summary, str):
             self._seeds[first] = (SummarySeed(summary, last), "ledger")
 
-    def _planned(self, closed: list[Turn]) -> Plan:
-        wsp = self._working_set(closed)
+    def plan_request(self, closed: list[Turn]) -> Plan:
+        """Planner v1's plan, with the packet it names planned (and stored) when no
+        stored packet covers it."""
+        wsp = self.working_set(closed)
         if wsp.packet_range is None or wsp.packet_range in self.packets:
             return Plan(wsp.modes, wsp.packet_range, "planner-v1")
         modes = dict(wsp.modes)
@@ -236,7 +239,7 @@ class CompactionEngine(ReplayEngine):
                 left += self._free(closed[last], modes)
                 continue
             summary, seeded_from = self._summarise(closed[first:last + 1], max(1, target))
-            tokens = self._store_packet(closed[first].id, closed[last].id, summary.text)
+            tokens = self.store_packet(closed[first].id, closed[last].id, summary.text)
             if tokens <= left or last + 1 >= len(closed):
                 return tokens, summary, seeded_from, last, left
             # The summariser could not meet its target: a broader range frees more.

@@ -10,6 +10,8 @@ turns, never with its bytes.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +62,10 @@ class RenderedTokens:
     def hexdigest(self) -> str:
         """Digest of everything added so far."""
         return str(self.digest.hexdigest())
+
+def _copy_cost(c: RenderedTokens) -> RenderedTokens:
+    """An independent copy of a count and its running digest (plain, not recording)."""
+    return RenderedTokens(c.tokens, c.digest.copy())
 
 
 @dataclass(slots=True)
@@ -114,7 +120,28 @@ class RequestReplay:
 
 
 class ReplayEngine:
-    """Incremental replay of one session's active chain under a rule set."""
+    """Incremental replay of one session's active chain under a rule set.
+
+    Extension points (a subclass or helper needs nothing ``_``-prefixed):
+
+    * :meth:`fork`: an independent copy (the generator's re-ask branches);
+    * :meth:`new_turn_costs`: the costs a turn records into (``vakpipe show``);
+    * :meth:`on_request` and :meth:`on_compaction`: observers, called when a request is
+      about to be rebuilt and after a ``compaction`` entry was taken in;
+    * :meth:`plan_request`: the plan of a request under the planner, built on
+      :meth:`working_set`; :meth:`store_packet` holds a packet as if it had been written
+      (the compaction engine plans packets this way).
+    """
+
+    # State a fork copies (mutable) or shares (immutable values, or a cache whose content
+    # does not depend on the chain). Anything else is refused by :meth:`fork`, so a change
+    # to the engine cannot silently leak state from an abandoned branch into the active
+    # chain.
+    _FORK_COPIED = frozenset({"index", "costs", "packets", "pending", "_tools", "_sealed",
+                              "_turn_numbers"})
+    _FORK_SHARED = frozenset({"rules", "planner", "tok", "prefix", "header_model",
+                              "header_provider", "plan", "reset", "tail", "_prefix_cache",
+                              "_version", "_closed_cache"})
 
     def __init__(self, rules: RuleSet, tokenizer: Tokenizer, *,
                  planner: Capacity | None = None) -> None:
@@ -232,6 +259,46 @@ class ReplayEngine:
         """The costs of a turn that starts (a subclass may record what they render)."""
         return TurnCosts()
 
+    def on_request(self, entry: Entry) -> None:
+        """Called with the assistant message whose request is about to be rebuilt (fed or
+        peeked), before its plan is made. Does nothing here."""
+
+    def on_compaction(self, entry: Entry) -> None:
+        """Called after a ``compaction`` entry was taken in (its packet stored, or the
+        reset applied). Does nothing here."""
+
+    def fork(self) -> ReplayEngine:
+        """An independent copy: feeding either never changes the other.
+
+        Costs O(turns) pointer copies. Closed turns are never mutated once a later
+        directive has been fed, but the last turn (and its costs) can be, so those are
+        copied; so are the engine's own mutable containers. An engine holding state this
+        method does not know (a subclass's) is refused: such a subclass overrides it.
+        """
+        unknown = set(vars(self)) - self._FORK_COPIED - self._FORK_SHARED
+        if unknown:
+            raise RuntimeError(f"{type(self).__name__}.fork does not know its state "
+                               f"{sorted(unknown)}")
+        f = copy.copy(self)
+        turns = list(self.index.turns)
+        if turns:
+            t = turns[-1]
+            turns[-1] = dataclasses.replace(t, iterations=list(t.iterations),
+                                            tools=list(t.tools))
+        f.index = TurnIndex(turns)
+        f.costs = list(self.costs)
+        if f.costs:
+            c = f.costs[-1]
+            f.costs[-1] = dataclasses.replace(c, verbatim=_copy_cost(c.verbatim),
+                                              full=_copy_cost(c.full),
+                                              open=_copy_cost(c.open))
+        f.packets = dict(self.packets)
+        f.pending = copy.copy(self.pending)
+        f._tools = dict(self._tools)
+        f._sealed = self._sealed.copy()
+        f._turn_numbers = dict(self._turn_numbers)
+        return f
+
     def peek(self, entry: Entry) -> RequestReplay | None:
         """The request the assistant message ``entry`` would complete, without feeding it.
 
@@ -345,9 +412,10 @@ class ReplayEngine:
         else:
             first, last = entry.data.get("first_turn_id"), entry.data.get("last_turn_id")
             if isinstance(first, str) and isinstance(last, str):
-                self._store_packet(first, last, summary)
+                self.store_packet(first, last, summary)
+        self.on_compaction(entry)
 
-    def _store_packet(self, first: str, last: str, summary: str) -> int:
+    def store_packet(self, first: str, last: str, summary: str) -> int:
         """Hold a packet over turns ``first``..``last``; return its tokens in a request."""
         text = self.rules.summary(summary)
         tokens = self.rules.message_overhead + self.count(text)
@@ -393,7 +461,7 @@ class ReplayEngine:
             return self._closed_cache[1]
         turns = self.index.turns
         start = self.reset[2] if self.reset is not None else 0
-        plan = self._planned(turns[start:-1]) if self.planner is not None else self.plan
+        plan = self.plan_request(turns[start:-1]) if self.planner is not None else self.plan
         wrapper_tokens, wrapper = self.turns_wrapper()
         folding = Folding(turns, self._turn_numbers, self._card_cost, self.packets,
                           self.reset, (self.rules.message_overhead + wrapper_tokens, wrapper))
@@ -405,12 +473,16 @@ class ReplayEngine:
         costs = self.costs[number - 1]
         return None if costs.card_tokens is None else (costs.card_tokens, costs.card_digest)
 
-    def _planned(self, closed: list[Turn]) -> Plan:
-        """The plan planner v1 makes for the request about to be sent."""
-        wsp = self._working_set(closed)
+    def plan_request(self, closed: list[Turn]) -> Plan:
+        """The plan for the request about to be sent, under the planner, given the
+        ``closed`` turns it may fold (those after any reset): planner v1's here.
+
+        Called only when the engine has a planner; a subclass may plan otherwise (the
+        compaction engine adds the packets the plan needs)."""
+        wsp = self.working_set(closed)
         return Plan(wsp.modes, wsp.packet_range, "planner-v1")
 
-    def _working_set(self, closed: list[Turn]) -> WorkingSetPlan:
+    def working_set(self, closed: list[Turn]) -> WorkingSetPlan:
         """Planner v1's working set for the ``closed`` turns of the request about to be sent."""
         cap = self.planner
         assert cap is not None
@@ -428,6 +500,7 @@ class ReplayEngine:
     def _replay(self, entry: Entry) -> RequestReplay:
         turn = self.index.current
         assert turn is not None
+        self.on_request(entry)
         closed = self._closed_parts()
         open_cost = self.costs[-1].open
         tokens = (self.rules.request_overhead + self.prefix.tokens + closed.tokens

@@ -22,8 +22,9 @@ these figures exactly, unless ``noise`` asks for provider-like drift in ``usage`
 **Branches.** The generator's only branch is a *re-ask*: a directive whose parent is the
 entry before the previous turn's directive, which abandons that whole turn. The
 generator knows the structure of the next turn before writing the current one, so when
-the next turn re-asks, the engine is forked (:func:`fork_engine`) before the current
-turn's directive is fed; the turn is written with the live engine (its figures are
+the next turn re-asks, the engine is forked
+(:meth:`~pipeline.replay.engine.ReplayEngine.fork`) before the current turn's directive
+is fed; the turn is written with the live engine (its figures are
 those a replay of *its* chain would give: abandoned work was paid for too), and the
 re-ask restores the fork. No entry of an abandoned branch ever reaches the engine that
 continues along the active chain.
@@ -31,61 +32,16 @@ continues along the active chain.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from typing import Any
 
 from pipeline.ledger.reader import Entry
 from pipeline.ledger.wire import LongText, RawEntry
-from pipeline.replay.engine import RenderedTokens, ReplayEngine, RequestReplay
+from pipeline.replay.engine import ReplayEngine, RequestReplay
 from pipeline.replay.projection import get_rule_set
 from pipeline.replay.tokens import get_tokenizer
-from pipeline.replay.turns import TurnIndex
 
 #: Rule set the generated figures follow.
 RULE_SET = "v1"
-
-# ReplayEngine state a fork copies (mutable) or shares (immutable values, or a cache
-# whose content does not depend on the chain). Anything else is refused, so a change to
-# the engine cannot silently leak state from an abandoned branch into the active chain.
-_COPIED = frozenset({"index", "costs", "packets", "pending", "_tools", "_sealed",
-                     "_turn_numbers"})
-_SHARED = frozenset({"rules", "planner", "tok", "prefix", "header_model", "header_provider",
-                     "plan", "reset", "tail", "_prefix_cache", "_version", "_closed_cache"})
-
-
-def _copy_cost(c: RenderedTokens) -> RenderedTokens:
-    return RenderedTokens(c.tokens, c.digest.copy())
-
-
-def fork_engine(engine: ReplayEngine) -> ReplayEngine:
-    """An independent copy of ``engine``: feeding either never changes the other.
-
-    Costs O(turns) pointer copies. Closed turns are never mutated by the engine once a
-    later directive has been fed, but the last turn (and its costs) can be, so those
-    are copied; so are the engine's own mutable containers.
-    """
-    state = vars(engine)
-    unknown = set(state) - _COPIED - _SHARED
-    if unknown:
-        raise RuntimeError(f"fork_engine does not know ReplayEngine state {sorted(unknown)}")
-    f = copy.copy(engine)
-    turns = list(engine.index.turns)
-    if turns:
-        t = turns[-1]
-        turns[-1] = dataclasses.replace(t, iterations=list(t.iterations), tools=list(t.tools))
-    f.index = TurnIndex(turns)
-    f.costs = list(engine.costs)
-    if f.costs:
-        c = f.costs[-1]
-        f.costs[-1] = dataclasses.replace(c, verbatim=_copy_cost(c.verbatim),
-                                          full=_copy_cost(c.full), open=_copy_cost(c.open))
-    f.packets = dict(engine.packets)
-    f.pending = copy.copy(engine.pending)
-    f._tools = dict(engine._tools)
-    f._sealed = engine._sealed.copy()
-    f._turn_numbers = dict(engine._turn_numbers)
-    return f
 
 
 def _plain(block: dict[str, Any]) -> dict[str, Any]:
@@ -140,7 +96,7 @@ class GeneratedReplay:
 
     def checkpoint(self) -> None:
         """Remember the current state: the next turn will be abandoned."""
-        self._saved = fork_engine(self.engine)
+        self._saved = self.engine.fork()
 
     def rewind(self) -> None:
         """Go back to the checkpoint (a re-ask branches from there)."""
