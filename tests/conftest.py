@@ -35,9 +35,9 @@ import pytest
 import s3fs
 from distributed import Client, LocalCluster
 from fsspec.implementations.memory import MemoryFileSystem
-from storage_helpers import BUCKET
 
 from pipeline.synth.local_s3 import LocalS3, free_port, local_s3
+from tests.helpers.storage import BUCKET
 
 
 @pytest.fixture(scope="session", autouse=True)

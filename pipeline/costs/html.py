@@ -173,7 +173,7 @@ class _Charts:
     The figure's JSON is built here rather than by plotly's Python objects: importing and
     validating those took ~0.35 s of a small report's run. The fragment is plotly's to
     the byte but for the order of the keys inside the ``plotly_white`` template (read from
-    plotly's own template file); tests/test_cost_html_charts.py checks that against
+    plotly's own template file); tests/unit/costs/test_cost_html_charts.py checks that against
     plotly itself.
     """
 

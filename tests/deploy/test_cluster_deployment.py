@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_helpers import DASK_CONFIG
 from distributed import Client
-from storage_helpers import BUCKET, plain_rows, vakpipe_exe
 
 from pipeline.io.commit import read_dataset, read_manifest
 from pipeline.io.storage import Location, resolve
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
+from tests.deploy.deploy_helpers import DASK_CONFIG
+from tests.helpers.storage import BUCKET, plain_rows, vakpipe_exe
 
 #: What the DaskJob's runner runs (deploy/k8s/daskjob-nightly.yaml), after ROOT.
 #: Before `vakpipe nightly` existed this was ["audit", "--replay"]; keep the two equal.

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_helpers import DEPLOY, REPO, TERRAFORM, run, tool
+
+from tests.deploy.deploy_helpers import DEPLOY, REPO, TERRAFORM, run, tool
 
 
 @pytest.fixture(scope="module")

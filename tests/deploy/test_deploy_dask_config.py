@@ -9,9 +9,9 @@ from typing import Any
 import dask
 import distributed
 import yaml
-from deploy_helpers import DASK_CONFIG, load, run, tool
 
 from pipeline.run.orchestrate import WORKER_CONFIG
+from tests.deploy.deploy_helpers import DASK_CONFIG, load, run, tool
 
 
 def leaves(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

@@ -12,9 +12,10 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from deploy_helpers import DEPLOY, REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tests.deploy.deploy_helpers import DEPLOY, REPO
 
 DOCKERFILE = DEPLOY / "image" / "Dockerfile"
 LOCK = DEPLOY / "image" / "requirements.lock"

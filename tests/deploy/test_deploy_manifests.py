@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_helpers import (
+
+from tests.deploy.deploy_helpers import (
     DASK_CONFIG,
     DASKJOB,
     DEPLOY,
@@ -31,7 +32,7 @@ from deploy_helpers import (
     run,
     tool,
 )
-from k8s_schemas import crd_files, resource_schema
+from tests.deploy.k8s_schemas import crd_files, resource_schema
 
 #: The command the nightly DaskJob runs (the lead's `vakpipe nightly`).
 NIGHTLY_COMMAND = ["vakpipe", "nightly"]

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_helpers import DASKJOB, DEPLOY, PLACEHOLDER, REPO, run, tool
+
+from tests.deploy.deploy_helpers import DASKJOB, DEPLOY, PLACEHOLDER, REPO, run, tool
 
 LAUNCHER = DEPLOY / "scripts" / "launch-nightly.sh"
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_helpers import REPO, TERRAFORM, run
+
+from tests.deploy.deploy_helpers import REPO, TERRAFORM, run
 
 hcl2 = pytest.importorskip("hcl2", reason="python-hcl2 is in the deploy-check extra")
 

@@ -12,12 +12,12 @@ from typing import Any
 import boto3
 import pytest
 import s3fs
-from deploy_helpers import REPO
 
 from pipeline.io.storage import resolve
 from pipeline.run.orchestrate import run_audit
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
+from tests.deploy.deploy_helpers import REPO
 
 BUCKET = "vakpipe-archive-local"
 

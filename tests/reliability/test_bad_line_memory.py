@@ -17,13 +17,13 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from ledgers import LedgerBuilder, read_bytes, sample_session, session_key
 
 from pipeline.audit.session import audit_session
 from pipeline.io.commit import read_dataset
 from pipeline.io.storage import guarded_lines, resolve
 from pipeline.ledger.reader import BLANK_LINE, MAX_DETAIL_CHARS, MAX_LISTED_BAD_LINES
 from pipeline.ledger.types import Code
+from tests.helpers.ledgers import LedgerBuilder, read_bytes, sample_session, session_key
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "big_session.py"
 MiB = 2**20

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 import fsspec
 import pytest
-from ledgers import LedgerBuilder, make_id, session_key, split_lines, usage
 
 from pipeline.audit.session import SessionAudit, audit_session
 from pipeline.io.commit import read_dataset
@@ -41,6 +40,7 @@ from pipeline.io.storage import guarded_lines, resolve
 from pipeline.ledger.reader import parse_entry
 from pipeline.ledger.types import Severity
 from pipeline.run.orchestrate import run_audit
+from tests.helpers.ledgers import LedgerBuilder, make_id, session_key, split_lines, usage
 
 NL = 0x0A
 #: Pairwise at least two bits apart in their last character (1, 2, 4, 7, 8).

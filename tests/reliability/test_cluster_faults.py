@@ -28,7 +28,6 @@ from typing import Any
 import psutil
 import pytest
 from distributed import Client
-from storage_helpers import BUCKET, committed_rows
 
 import pipeline.run.orchestrate as orchestrate
 from pipeline.cli import EXIT_OK, EXIT_PARTIAL, run
@@ -38,7 +37,8 @@ from pipeline.run.replay_batches import ReplayOptions
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
 from pipeline.tables.schemas import DATASETS, REPLAY_DATASETS
-from reliability.fault_proxy import FaultProxy, Rule, fault_proxy
+from tests.helpers.fault_proxy import FaultProxy, Rule, fault_proxy
+from tests.helpers.storage import BUCKET, committed_rows
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 TABLES = sorted({*DATASETS, *REPLAY_DATASETS})

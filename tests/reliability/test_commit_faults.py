@@ -27,7 +27,6 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 import s3fs
-from storage_helpers import BUCKET, committed_rows, plain_rows, vakpipe_exe
 
 from pipeline.cli import EXIT_OK, run
 from pipeline.io.commit import MANIFEST, STAGING, SUCCESS, read_manifest
@@ -35,6 +34,7 @@ from pipeline.io.storage import resolve
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
 from pipeline.tables.schemas import DATASETS, REPLAY_DATASETS
+from tests.helpers.storage import BUCKET, committed_rows, plain_rows, vakpipe_exe
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 TABLES = sorted({*DATASETS, *REPLAY_DATASETS})

@@ -19,8 +19,6 @@ from typing import Any
 
 import fsspec
 import pytest
-from ledgers import sample_session, session_key
-from storage_helpers import committed_rows
 
 import pipeline.run.batches as partitions
 import pipeline.run.replay_batches as replay_partitions
@@ -32,6 +30,8 @@ from pipeline.io.storage import Location, enumerate_sessions, resolve
 from pipeline.ledger.types import Code, Severity
 from pipeline.run.batches import NOT_READ_CODES, audit_batch
 from pipeline.run.replay_batches import ReplayOptions, replay_batch
+from tests.helpers.ledgers import sample_session, session_key
+from tests.helpers.storage import committed_rows
 
 ARCHIVE = "memory://contained/archive"
 NAMES = ("a", "boom", "z")

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
-from storage_helpers import BUCKET, committed_rows
 
 from pipeline.cli import EXIT_PARTIAL, run
 from pipeline.io.commit import read_manifest
@@ -26,6 +25,7 @@ from pipeline.io.storage import endpoint_unreachable, resolve
 from pipeline.run.batches import MAX_CONNECTION_FAILURES, EndpointWatch
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3, free_port
+from tests.helpers.storage import BUCKET, committed_rows
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 SESSIONS = 10

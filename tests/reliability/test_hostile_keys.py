@@ -20,7 +20,6 @@ from typing import Any
 import fsspec
 import pytest
 import s3fs
-from storage_helpers import BUCKET, committed_rows
 
 from pipeline.cli import EXIT_OK, EXIT_UNUSABLE, run
 from pipeline.errors import OutputInsideArchiveError
@@ -28,6 +27,7 @@ from pipeline.io.commit import read_manifest
 from pipeline.io.storage import check_output, enumerate_sessions, printable, resolve
 from pipeline.synth.generator import generate_session
 from pipeline.synth.local_s3 import LocalS3
+from tests.helpers.storage import BUCKET, committed_rows
 
 H = "2d872b17b24e117e"
 LONG = "L" * 900

@@ -28,7 +28,6 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ledgers import LedgerBuilder, dumps, sample_session, session_key, sha
 
 from pipeline.audit.checkpoint import PrefixHasher
 from pipeline.audit.session import audit_session
@@ -41,6 +40,7 @@ from pipeline.ledger.types import OversizeLine, Severity
 from pipeline.run.batches import audit_batch
 from pipeline.run.orchestrate import redacted
 from pipeline.run.replay_batches import ReplayOptions, replay_batch
+from tests.helpers.ledgers import LedgerBuilder, dumps, sample_session, session_key, sha
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "big_session.py"
 ENVELOPE = (b'{"id":"0199a1f2-6a00-7000-8000-0000000000ff","parent_id":null,'

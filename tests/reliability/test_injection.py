@@ -18,8 +18,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ledgers import LedgerBuilder, session_key, usage
-from storage_helpers import vakpipe_exe
+
+from tests.helpers.ledgers import LedgerBuilder, session_key, usage
+from tests.helpers.storage import vakpipe_exe
 
 LINK = '<a href="https://evil">x</a>'
 FORMULA = '=HYPERLINK("http://x","y")'

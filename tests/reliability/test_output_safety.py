@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from storage_helpers import vakpipe_exe
 
 from pipeline.cli import EXIT_OK, EXIT_UNUSABLE
 from pipeline.io.commit import MANIFEST, STAGING, read_manifest
 from pipeline.io.storage import resolve
 from pipeline.synth.fleet import write_fleet
+from tests.helpers.storage import vakpipe_exe
 
 WINDOW = "8000"  # small enough that the fleet below gets packets (compacted copies)
 

@@ -14,12 +14,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ledgers import dumps
-from storage_helpers import vakpipe_exe
-
 from pipeline.io.commit import read_dataset
 from pipeline.io.storage import resolve
 from pipeline.synth.generator import generate_session
+from tests.helpers.ledgers import dumps
+from tests.helpers.storage import vakpipe_exe
 
 #: ``(kind, path, value)``: set on every entry of that kind of one session each.
 RETYPED: list[tuple[str, tuple[str, ...], Any]] = [

@@ -20,13 +20,13 @@ from collections.abc import Iterator
 
 import pytest
 import s3fs
-from storage_helpers import BUCKET
 
 from pipeline.cli import EXIT_OK, EXIT_PARTIAL, EXIT_UNUSABLE, run
 from pipeline.io.storage import enumerate_sessions, resolve
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
-from reliability.fault_proxy import READ_METHODS, FaultProxy, Rule, fault_proxy
+from tests.helpers.fault_proxy import READ_METHODS, FaultProxy, Rule, fault_proxy
+from tests.helpers.storage import BUCKET
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 

@@ -32,15 +32,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from http_helpers import Reply, Server
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ledgers import LedgerBuilder, attempt, session_key, usage
-from storage_helpers import vakpipe_exe
 
 from pipeline.ledger.redact import RULES, TRIGGER, bounded, redact, redact_value
 from pipeline.synth.generator import generate_session
 from pipeline.tables.redact import redact_table
+from tests.helpers.http import Reply, Server
+from tests.helpers.ledgers import LedgerBuilder, attempt, session_key, usage
+from tests.helpers.storage import vakpipe_exe
 
 #: kind -> (text as it appears in a transcript, the part that must never be output)
 SECRETS: dict[str, tuple[str, str]] = {
@@ -91,7 +91,7 @@ def test_each_kind_is_redacted_in_prose_json_and_env_files(kind: str) -> None:
 
 
 def test_every_rule_is_exercised() -> None:
-    # here or in tests/test_redact.py's corpus
+    # here or in tests/unit/ledger/test_redact.py's corpus
     kinds = {kind for kind, _, _ in RULES}
     assert set(SECRETS) | {"stripe_key", "slack_webhook", "google_api_key", "secret_value",
                            "gitlab_token", "huggingface_token", "npm_token", "pypi_token",
@@ -169,10 +169,9 @@ def fragments_leaked(text: str) -> list[str]:
 def test_finding_details_redact_before_they_cut() -> None:
     """``unknown_kind`` and ``logical_parent_missing`` quote 40 characters of the input:
     redacted first, so no piece of a key is left past the cut."""
-    from ledgers import audit_bytes
-
     from pipeline.audit.session import audit_session
     from pipeline.ledger.layout import parse_session_path
+    from tests.helpers.ledgers import audit_bytes
 
     b = LedgerBuilder()
     b.header()
@@ -346,7 +345,7 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, b
 
 def test_the_stuffed_sessions_hold_every_secret_where_intended(
         archive: tuple[Path, dict[str, bytes]]) -> None:
-    from ledgers import audit_bytes
+    from tests.helpers.ledgers import audit_bytes
 
     _, sources = archive
     for rel, data in sources.items():

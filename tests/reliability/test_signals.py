@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-from storage_helpers import vakpipe_exe
 
 from pipeline.io.storage import resolve
 from pipeline.run import lifecycle
 from pipeline.synth.fleet import write_fleet
+from tests.helpers.storage import vakpipe_exe
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 
 The archive is in moto's S3 server; every request of the run (the listing on the
 client, the reads on the session cluster's worker processes) goes through the fault
-proxy of :mod:`reliability.fault_proxy`, which answers some of them with real S3 errors
+proxy of :mod:`tests.helpers.fault_proxy`, which answers some of them with real S3 errors
 (``503 SlowDown``, ``503 ServiceUnavailable``, ``403 AccessDenied``), resets their
 connection, or replaces the object in moto right before forwarding them. Runs go
 through the CLI (in-process, on the session's cluster), so exit codes are checked too.
@@ -20,8 +20,6 @@ from typing import Any
 
 import pytest
 import s3fs
-from ledgers import LedgerBuilder, session_key
-from storage_helpers import BUCKET, committed_rows
 
 from pipeline.cli import EXIT_OK, EXIT_PARTIAL, run
 from pipeline.errors import ObjectChangedError
@@ -38,7 +36,9 @@ from pipeline.ledger.types import Code
 from pipeline.run.batches import audit_object, read_consistently
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
-from reliability.fault_proxy import FaultProxy, Rule, fault_proxy
+from tests.helpers.fault_proxy import FaultProxy, Rule, fault_proxy
+from tests.helpers.ledgers import LedgerBuilder, session_key
+from tests.helpers.storage import BUCKET, committed_rows
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 INTEGRITY = ("integrity/sessions", "integrity/findings", "usage")

@@ -27,8 +27,6 @@ from typing import Any
 
 import fsspec
 import pytest
-from ledgers import sample_session, session_key
-from storage_helpers import committed_rows, vakpipe_exe
 
 import pipeline.run.replay_batches as replay_partitions
 from jobs.nightly_audit import SUMMARY_FILE, partition
@@ -36,6 +34,8 @@ from pipeline.cli import EXIT_PARTIAL, EXIT_UNUSABLE, run
 from pipeline.io.commit import MANIFEST
 from pipeline.io.storage import resolve
 from pipeline.synth.fleet import GROUND_TRUTH, write_fleet
+from tests.helpers.ledgers import sample_session, session_key
+from tests.helpers.storage import committed_rows, vakpipe_exe
 
 D1, D2, D3 = (date(2026, 12, d) for d in (1, 2, 3))
 

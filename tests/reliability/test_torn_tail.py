@@ -21,11 +21,11 @@ from __future__ import annotations
 import io
 
 import pytest
-from ledgers import LedgerBuilder, sample_session, session_key, sha
 
 from pipeline.audit.session import SessionAudit, audit_session
 from pipeline.io.storage import guarded_lines
 from pipeline.ledger.reader import Entry, read_ledger
+from tests.helpers.ledgers import LedgerBuilder, sample_session, session_key, sha
 
 
 def session() -> LedgerBuilder:

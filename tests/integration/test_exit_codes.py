@@ -1,0 +1,114 @@
+"""One test per row of the README's exit-code table, through the real CLI in a process.
+
+0 the run completed; 1 ``--fail-on`` matched (and the line says which findings); 2 an
+unusable input or setup, found before any session is read, as one ``vakpipe: error:``
+line and in seconds (missing root and empty root told apart, a bad or unreachable
+scheduler, an unreachable summariser, an output that takes no write); 3 partial.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import EXIT_FINDINGS, EXIT_OK, EXIT_PARTIAL, EXIT_UNUSABLE
+from pipeline.io.storage import resolve
+from pipeline.synth.fleet import write_fleet
+from tests.helpers.storage import vakpipe_exe
+
+
+def vakpipe(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([vakpipe_exe(), *args, "--no-progress"], capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == EXIT_UNUSABLE, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vakpipe: error: "), done.stderr
+    return lines[0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("fleet")
+    write_fleet(resolve(str(root)), sessions=12, seed=3, faults=True)
+    return root
+
+
+def test_0_a_completed_run(fleet: Path, tmp_path: Path) -> None:
+    done = vakpipe("audit", str(fleet), "--out", str(tmp_path / "out"))
+    assert done.returncode == EXIT_OK, done.stderr
+    assert done.stderr == ""
+    assert (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_1_fail_on_says_which_findings_matched(fleet: Path, tmp_path: Path) -> None:
+    done = vakpipe("audit", str(fleet), "--out", str(tmp_path / "out"), "--fail-on", "warning")
+    assert done.returncode == EXIT_FINDINGS, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("vakpipe: --fail-on warning matched: sessions ")
+    assert "findings " in line and "e.g. agents/vak/sessions/" in line
+
+
+def test_2_missing_root_and_empty_root_differ(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    missing = one_error_line(vakpipe("audit", str(tmp_path / "nope"), "--out",
+                                     str(tmp_path / "o1")))
+    empty = one_error_line(vakpipe("audit", str(tmp_path / "empty"), "--out",
+                                   str(tmp_path / "o2")))
+    assert "does not exist" in missing
+    assert "no session ledgers found" in empty
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_2_a_malformed_scheduler_address(fleet: Path, tmp_path: Path) -> None:
+    line = one_error_line(vakpipe("audit", str(fleet), "--out", str(tmp_path / "o"),
+                                  "--scheduler", "bogus"))
+    assert "bad Dask scheduler address 'bogus'" in line
+
+
+@pytest.mark.slow
+def test_2_an_unreachable_scheduler(fleet: Path, tmp_path: Path) -> None:
+    address = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
+    line = one_error_line(vakpipe("audit", str(fleet), "--out", str(tmp_path / "o"),
+                                  "--scheduler", address))
+    assert f"cannot reach the Dask scheduler '{address}'" in line
+    assert not (tmp_path / "o" / "_staging").exists()
+
+
+def test_2_an_unreachable_summariser_before_any_read(fleet: Path, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    line = one_error_line(vakpipe("compact", str(fleet), "--out", str(tmp_path / "o"),
+                                  "--summariser", "http", "--summariser-url", url,
+                                  "--model", "claude-sonnet-4-5"))
+    assert "summariser endpoint http://127.0.0.1:" in line and "cannot connect" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_2_an_output_that_takes_no_write(fleet: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    line = one_error_line(vakpipe("audit", str(fleet), "--out", str(blocker / "out")))
+    assert str(blocker) in line
+
+
+def test_3_a_partial_run(fleet: Path, tmp_path: Path) -> None:
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    first = sorted(fleet.rglob("*.jsonl"))[0]
+    shutil.copy(first, flat / first.name)
+    (flat / "broken.jsonl.gz").write_bytes(b"not gzip at all")
+    done = vakpipe("audit", str(flat), "--out", str(tmp_path / "o"), "--fail-on", "error")
+    assert done.returncode == EXIT_PARTIAL, done.stderr  # partial comes before --fail-on

@@ -1,0 +1,360 @@
+"""Tests of pipeline.run.orchestrate (and the per-batch functions of pipeline.run.batches).
+
+The end-to-end audits read a generated fleet with injected faults from moto's S3 server
+over real HTTP, on Dask clusters of worker processes: a LocalCluster, and a scheduler
+and workers started as separate ``dask`` processes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import fsspec
+import pytest
+from distributed import Client
+from fsspec.implementations.memory import MemoryFileSystem
+
+import pipeline.run.orchestrate as orchestrate
+from pipeline.errors import OutputInsideArchiveError, UsageError
+from pipeline.io.commit import read_dataset, read_manifest
+from pipeline.io.storage import Listing, Location, SessionObject, enumerate_sessions, resolve
+from pipeline.ledger.layout import SessionKey
+from pipeline.run.batches import audit_batch
+from pipeline.run.orchestrate import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_FILES,
+    MIN_BATCH_BYTES,
+    TASKS_PER_WORKER,
+    plan_batches,
+    run_audit,
+)
+from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3
+from tests.helpers.ledgers import sample_session, session_key
+from tests.helpers.storage import BUCKET, plain_rows
+
+SESSIONS, FINDINGS = "integrity/sessions", "integrity/findings"
+MB = 2**20
+
+
+# --- plan_batches -------------------------------------------------------------------------
+
+
+def objects(sizes: list[int]) -> list[SessionObject]:
+    out = []
+    for i, size in enumerate(sizes):
+        key = SessionKey(f"agents/vak/sessions/h/{i:06d}.jsonl", "vak", "h", f"{i:06d}")
+        out.append(SessionObject(key, f"root/{key.path}", size))
+    return out
+
+
+def check_plan(sessions: list[SessionObject], workers: int) -> list[list[SessionObject]]:
+    """Invariants of every plan; returns it."""
+    batches = plan_batches(sessions, workers)
+    total = sum(s.size for s in sessions)
+    per_task = total // max(1, workers * TASKS_PER_WORKER)
+    target = min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, per_task))
+    # Whole sessions, each exactly once, in path order: nothing split, lost or doubled.
+    assert [s for b in batches for s in b] == sessions
+    assert all(b for b in batches)
+    for i, b in enumerate(batches):
+        size = sum(s.size for s in b)
+        assert len(b) <= MAX_BATCH_FILES
+        # No batch is over the target, unless it is one session larger than it.
+        assert size <= target or len(b) == 1, (i, size, target)
+        # Greedy: a batch was closed only because the next session did not fit.
+        if i + 1 < len(batches) and len(b) < MAX_BATCH_FILES:
+            assert size + batches[i + 1][0].size > target
+    return batches
+
+
+def test_plan_batches_empty_and_tiny() -> None:
+    assert plan_batches([], 4) == []
+    small = objects([1000] * 10)
+    assert check_plan(small, 4) == [small]  # below MIN_BATCH_BYTES: one task
+    assert check_plan(small, 0) == [small]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_plan_batches_never_splits_and_balances_bytes(seed: int) -> None:
+    rng = random.Random(seed)
+    workers = rng.choice([1, 2, 4, 16])
+    # Heavy-tailed sizes, as session sizes are, a few larger than any target.
+    sizes = [int(rng.lognormvariate(13, 1.5)) for _ in range(rng.randrange(50, 3000))]
+    sizes += [MAX_BATCH_BYTES + 1] * rng.randrange(0, 3)
+    rng.shuffle(sizes)
+    sessions = objects(sizes)
+    batches = check_plan(sessions, workers)
+    total = sum(sizes)
+    target = min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, total // (workers * TASKS_PER_WORKER)))
+    # Balanced: two neighbours always hold more than a target, so the batch count stays
+    # within twice the ideal (plus one for the tail).
+    assert len(batches) <= 2 * total // target + 1
+
+
+def test_plan_batches_uniform_sessions_make_even_batches() -> None:
+    sessions = objects([MB] * 400)  # 400 MB over 2 workers: target 50 MB
+    batches = check_plan(sessions, 2)
+    assert len(batches) == 2 * TASKS_PER_WORKER
+    assert {len(b) for b in batches} == {50}
+
+
+def test_plan_batches_file_count_limit() -> None:
+    sessions = objects([10] * (2 * MAX_BATCH_FILES + 5))
+    batches = check_plan(sessions, 1)
+    assert [len(b) for b in batches] == [MAX_BATCH_FILES, MAX_BATCH_FILES, 5]
+
+
+def test_plan_batches_giant_sessions_travel_alone() -> None:
+    sessions = objects([10, MAX_BATCH_BYTES * 2, 10, MAX_BATCH_BYTES * 3, 10])
+    batches = check_plan(sessions, 2)
+    assert [len(b) for b in batches] == [1, 1, 1, 1, 1]
+
+
+# --- run_audit on a faulty fleet in S3 ----------------------------------------------------
+
+
+def truth_of(archive: Location) -> dict[str, dict[str, Any]]:
+    fs = archive.filesystem()
+    return json.loads(fs.cat_file(archive.join("ground-truth.json")))  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def faulty_archive(s3: LocalS3) -> Location:
+    """60 generated sessions (every fault kind at least once) in the test bucket."""
+    archive = resolve(f"s3://{BUCKET}/archive")
+    write_fleet(archive, sessions=60, seed=3, faults=True, size_scale=0.5)
+    return archive
+
+
+def check_against_truth(archive: Location, out: Location, summary: orchestrate.RunSummary) -> None:
+    truth = truth_of(archive)
+    sessions = {r["session_path"]: r for r in plain_rows(read_dataset(out, SESSIONS))}
+    findings = plain_rows(read_dataset(out, FINDINGS))
+    assert set(sessions) == set(truth)
+    reported = {(r["session_path"], r["line"], r["code"]) for r in findings}
+    expected = {(p, f["line"], f["code"]) for p, t in truth.items() for f in t["findings"]}
+    assert expected and expected <= reported, sorted(expected - reported)
+    faults = {t["fault"] for t in truth.values()} - {None}
+    assert len(faults) >= 15  # the fleet really exercises most fault kinds
+    for path, t in truth.items():
+        row = sessions[path]
+        assert (row["lines"], row["bytes"]) == (t["lines"], t["bytes"]), path
+        if t["fault"] is None:  # clean sessions stay clean (info findings only)
+            assert row["status"] == "ok", (path, row)
+        else:
+            assert row["status"] in ("warning", "error"), (path, t["fault"])
+    # The summary and the manifest agree with the tables.
+    assert summary.sessions == len(truth) and summary.skipped_objects == 1
+    assert summary.bytes == sum(t["bytes"] for t in truth.values())
+    assert summary.codes == Counter(r["code"] for r in findings)
+    assert summary.statuses == Counter(r["status"] for r in sessions.values())
+    manifest = read_manifest(out)
+    assert manifest is not None and manifest["run_id"] == summary.run_id
+    assert manifest["datasets"][FINDINGS]["rows"] == len(findings)
+
+
+@pytest.mark.slow
+def test_run_audit_on_a_local_cluster_reports_every_injected_fault(
+    faulty_archive: Location, tmp_path: Path
+) -> None:
+    out = resolve(f"s3://{BUCKET}/audit")
+    summary = run_audit(faulty_archive, out, workers=2, progress=False)  # its own cluster
+    check_against_truth(faulty_archive, out, summary)
+
+
+@pytest.mark.slow
+def test_separate_process_cluster_gives_identical_rows(
+    faulty_archive: Location, scheduler: str, separate_cluster: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    local_out = resolve(f"s3://{BUCKET}/on-local-cluster")
+    remote_out = resolve(f"s3://{BUCKET}/on-separate-processes")
+    local = run_audit(faulty_archive, local_out, scheduler=scheduler, progress=False)
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", separate_cluster)
+    with Client(separate_cluster, set_as_default=False) as client:
+        before = client.scheduler_info()["workers"]
+        assert len(before) == 2
+        remote = run_audit(faulty_archive, remote_out, progress=False)  # env var only
+        tasks = client.run_on_scheduler(
+            lambda dask_scheduler: len(dask_scheduler.transition_log))
+    assert tasks > 0  # the work went through the separate scheduler
+    check_against_truth(faulty_archive, remote_out, remote)
+    for dataset in (SESSIONS, FINDINGS):
+        assert plain_rows(read_dataset(remote_out, dataset)) == \
+            plain_rows(read_dataset(local_out, dataset))
+    assert (remote.codes, remote.statuses) == (local.codes, local.statuses)
+
+
+def test_run_audit_refuses_an_output_inside_the_archive(s3: LocalS3) -> None:
+    archive = resolve(f"s3://{BUCKET}/archive")
+    with pytest.raises(OutputInsideArchiveError):
+        run_audit(archive, resolve(f"s3://{BUCKET}/archive/out"))
+
+
+def test_memory_archive_cannot_go_to_a_remote_cluster(
+    memfs: fsspec.AbstractFileSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive, out = resolve("memory://mem/archive"), resolve(str(tmp_path / "out"))
+    with pytest.raises(UsageError, match="memory://"):
+        run_audit(archive, out, scheduler="tcp://127.0.0.1:1")
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:1")
+    with pytest.raises(UsageError, match="memory://"):
+        run_audit(archive, out)
+
+
+# --- objects that cannot be read ----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_object_deleted_between_listing_and_reading(
+    faulty_archive: Location, scheduler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone: list[str] = []
+
+    def list_then_delete(root: Location) -> Listing:
+        listing = enumerate_sessions(root)
+        victim = listing.sessions[7]
+        root.filesystem().rm(victim.full_path)
+        gone.append(victim.key.path)
+        return listing
+
+    monkeypatch.setattr(orchestrate, "enumerate_sessions", list_then_delete)
+    out = resolve(f"s3://{BUCKET}/audit")
+    summary = run_audit(faulty_archive, out, scheduler=scheduler, progress=False)
+    assert summary.sessions == 60 and summary.codes["unreadable_object"] == 1
+    (finding,) = [r for r in plain_rows(read_dataset(out, FINDINGS))
+                  if r["code"] == "unreadable_object"]
+    assert finding["session_path"] == gone[0] and finding["severity"] == "error"
+    assert finding["line"] is None and "FileNotFoundError" in finding["detail"]
+    row = next(r for r in plain_rows(read_dataset(out, SESSIONS))
+               if r["session_path"] == gone[0])
+    assert (row["status"], row["errors"]) == ("error", 1)
+    assert len(plain_rows(read_dataset(out, SESSIONS))) == 60
+
+
+class _FailingRead(io.RawIOBase):
+    """A file that gives a few bytes, then fails like a dropped connection."""
+
+    def __init__(self, data: bytes, error: Exception) -> None:
+        self._data = data[:100]
+        self._error = error
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._data:
+            raise self._error
+        n = min(len(buffer), len(self._data))
+        buffer[:n] = self._data[:n]
+        self._data = self._data[n:]
+        return n
+
+
+class FlakyMemoryFileSystem(MemoryFileSystem):
+    """fsspec's memory filesystem, but reading some objects fails, by name.
+
+    ``denied*`` cannot be opened; ``reset*`` and ``cut*`` fail after 100 bytes, the first
+    like a reset connection, the second like s3fs once its retries of a body cut short
+    are spent (aiohttp's ``ClientPayloadError``, which is not an ``OSError``).
+    """
+
+    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        name = path.rsplit("/", 1)[-1]
+        if "r" not in mode:
+            pass
+        elif name.startswith("denied"):
+            raise PermissionError(f"{path}: permission denied (simulated)")
+        elif name.startswith("reset"):
+            return _FailingRead(self.cat_file(path), ConnectionResetError("connection reset"))
+        elif name.startswith("cut"):
+            error = aiohttp.ClientPayloadError("Response payload is not completed")
+            return _FailingRead(self.cat_file(path), error)
+        return super()._open(path, mode, **kwargs)
+
+
+@pytest.fixture
+def flaky_memory(
+    memfs: fsspec.AbstractFileSystem, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """``memory://`` served by :class:`FlakyMemoryFileSystem` for this test."""
+    registry = importlib.import_module("fsspec.registry")  # the module, not its proxy
+    monkeypatch.setitem(registry._registry, "memory", FlakyMemoryFileSystem)
+    FlakyMemoryFileSystem.clear_instance_cache()
+    yield
+    FlakyMemoryFileSystem.clear_instance_cache()
+
+
+def test_unreadable_objects_become_findings_and_the_run_completes(
+    flaky_memory: None, tmp_path: Path
+) -> None:
+    archive = resolve("memory://flaky/archive")
+    fs = archive.filesystem()
+    assert isinstance(fs, FlakyMemoryFileSystem)
+    data = sample_session().to_bytes()
+    base = session_key().path.rsplit("/", 1)[0]
+    names = ["denied-1", "fine-1", "reset-1", "cut-1", "fine-2"]
+    for name in names:
+        fs.pipe_file(archive.join(base, f"{name}.jsonl"), data)
+    out = resolve(str(tmp_path / "out"))
+    summary = run_audit(archive, out, workers=1, progress=False)
+    assert summary.sessions == 5 and summary.codes["unreadable_object"] == 3
+    rows = {r["session_path"].rsplit("/", 1)[-1]: r
+            for r in plain_rows(read_dataset(out, SESSIONS))}
+    assert rows["fine-1.jsonl"]["lines"] == rows["fine-2.jsonl"]["lines"] == len(data.splitlines())
+    for name in ("denied-1.jsonl", "reset-1.jsonl", "cut-1.jsonl"):
+        assert rows[name]["status"] == "error" and rows[name]["bytes"] == len(data)
+    details = {r["session_path"].rsplit("/", 1)[-1]: r["detail"]
+               for r in plain_rows(read_dataset(out, FINDINGS)) if r["code"] == "unreadable_object"}
+    assert details["denied-1.jsonl"].startswith("PermissionError:")
+    assert details["reset-1.jsonl"].startswith("ConnectionResetError:")
+    assert details["cut-1.jsonl"].startswith("ClientPayloadError:")
+
+
+def test_audit_batch_keeps_going_past_an_unreadable_object(
+    flaky_memory: None,
+) -> None:
+    root = resolve("memory://batch")
+    fs = root.filesystem()
+    data = sample_session().to_bytes()
+    base = session_key().path.rsplit("/", 1)[0]
+    for name in ("a", "denied", "z"):
+        fs.pipe_file(root.join(base, f"{name}.jsonl"), data)
+    listing = enumerate_sessions(root)
+    result = audit_batch(root, 5, listing.sessions)
+    assert result.index == 5 and result.sessions.num_rows == 3
+    assert result.codes["unreadable_object"] == 1
+    assert result.statuses["error"] == 1 and sum(result.statuses.values()) == 3
+    assert result.bytes_read == 3 * len(data)
+
+
+def test_dask_client_uses_the_configured_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scratch = tmp_path / "scratch"
+    monkeypatch.setenv("DASK_TEMPORARY_DIRECTORY", str(scratch))
+    with orchestrate.dask_client(workers=1, processes=False) as client:
+        t0 = time.monotonic()
+        assert client.submit(sum, [1, 2], pure=False).result() == 3
+        assert time.monotonic() - t0 < 30
+    assert scratch.exists()
+
+
+def test_local_workers_keep_glibc_own_trim_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    # distributed's default (65536) makes a worker parse JSON 20-30% slower
+    # (orchestrate.WORKER_CONFIG); a LocalCluster's workers must not inherit it.
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    with orchestrate.dask_client(workers=1) as client:
+        seen = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+    assert list(seen.values()) == [None]

@@ -1,0 +1,296 @@
+"""Unit tests of pipeline.audit.session: the session row, header checks, vak's sample ledger."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.audit.session import audit_session
+from pipeline.ledger.entry import ts_nanos, usage_of
+from pipeline.ledger.layout import parse_session_path
+from pipeline.ledger.types import Code
+from tests.helpers.data_paths import SPEC
+from tests.helpers.ledgers import (
+    BASE_SECONDS,
+    TS_STEP_NS,
+    LedgerBuilder,
+    attempt,
+    audit_bytes,
+    codes,
+    sample_session,
+    sha,
+    split_lines,
+    usage,
+)
+
+EXAMPLE: Path = SPEC / "example-ledger.jsonl"
+EXAMPLE_PATH = "agents/vak/sessions/2d872b17b24e117e/0199a1f2-5f00-7000-8000-00000000abcd.jsonl"
+
+
+def ts_of(n: int) -> int:
+    """Nanoseconds of the n-th entry the builder wrote."""
+    return BASE_SECONDS * 1_000_000_000 + n * TS_STEP_NS
+
+
+def figures_session() -> tuple[LedgerBuilder, dict[str, str]]:
+    """A session with retries, a receipt fallback, a control nudge and an abandoned branch.
+
+    h u1 a1 r1 tr1 a2 r2 | u2 a3 r3 (abandoned) | branch at r2: ctl u3 a4 r4 (head)
+    """
+    b = LedgerBuilder()
+    n: dict[str, str] = {}
+    n["h"] = b.header()
+    n["u1"] = b.user("first question")
+    n["a1"] = b.assistant("looking", tools=["c1"], u=usage(100, 10, 5, 3))
+    n["r1"] = b.receipt([
+        attempt(0, "failed", usage(50, 0), domain="provider"),
+        attempt(1, "ok", usage(100, 10, 5, 3), reason="retry"),
+    ], winning=1, parent=n["a1"])
+    n["tr1"] = b.tool_results("c1")
+    n["a2"] = b.assistant("answer")  # no meta.usage: its receipt stands in
+    n["r2"] = b.receipt([attempt(0, "ok", usage(200, 20, 0, 7))], winning=0, parent=n["a2"])
+    n["u2"] = b.user("abandoned question")
+    n["a3"] = b.assistant("abandoned answer", u=usage(7, 1))
+    n["r3"] = b.receipt([attempt(0, "ok", usage(7, 1))], winning=0, parent=n["a3"])
+    b.branch_at(n["r2"])
+    n["ctl"] = b.control()
+    n["u3"] = b.user("second question")
+    n["a4"] = b.assistant("second answer", u=usage(300, 30, 100, 0))
+    n["r4"] = b.receipt([
+        attempt(0, "cancelled"),
+        attempt(1, "ok", usage(310, 31, 100, 0), reason="route_fallback"),
+    ], winning=1, parent=n["a4"])
+    return b, n
+
+
+def test_session_row_figures() -> None:
+    b, n = figures_session()
+    data = b.to_bytes()
+    audit = audit_bytes(data)
+    assert audit.findings == []
+    row = audit.row
+    assert row["session_path"] == EXAMPLE_PATH
+    assert row["agent"] == "vak" and row["cwd_hash"] == "2d872b17b24e117e"
+    assert row["session_id"] == "0199a1f2-5f00-7000-8000-00000000abcd"
+    assert row["model"] == "gemma4:e2b-mlx" and row["provider"] == "ollama"
+    assert row["app_version"] == "3.5.0"
+    assert row["status"] == "ok"
+    assert (row["errors"], row["warnings"], row["infos"]) == (0, 0, 0)
+    assert row["lines"] == row["entries"] == 14
+    assert row["bytes"] == len(data)
+    assert row["active_chain_len"] == 11 and row["abandoned_entries"] == 3
+    # turns: directives on the active chain (u1, u3; not the control nudge, not u2)
+    assert row["turns"] == 2
+    # requests: assistant messages (a1, a2, a4 active; a3 abandoned)
+    assert row["requests"] == 3 and row["requests_abandoned"] == 1
+    # active usage: meta.usage of a1 and a4 (a4's own usage wins over its receipt's),
+    # the winning attempt of r2 for a2 which has none
+    assert (row["input_tokens"], row["output_tokens"], row["cache_read_tokens"],
+            row["cache_write_tokens"]) == (100 + 200 + 300, 10 + 20 + 30, 5 + 100, 3 + 7)
+    assert (row["input_tokens_abandoned"], row["output_tokens_abandoned"],
+            row["cache_read_tokens_abandoned"],
+            row["cache_write_tokens_abandoned"]) == (7, 1, 0, 0)
+    # billed: every attempt of every receipt that reported usage, failed retries and
+    # abandoned branches included
+    assert (row["billed_input_tokens"], row["billed_output_tokens"],
+            row["billed_cache_read_tokens"], row["billed_cache_write_tokens"]) == (
+        50 + 100 + 200 + 7 + 310, 0 + 10 + 20 + 1 + 31, 5 + 100, 3 + 7)
+    assert row["receipt_attempts"] == 6 and row["receipt_failed_attempts"] == 2
+    assert row["first_ts"] == ts_of(1) and row["last_ts"] == ts_of(14)
+    assert row["head_id"] == n["r4"]
+    assert row["head_hash"] == sha(b.lines[-1].data)
+
+
+def test_active_chain_is_the_heads_path_in_file_order() -> None:
+    b, n = figures_session()
+    audit = audit_bytes(b.to_bytes())
+    on_chain = ["h", "u1", "a1", "r1", "tr1", "a2", "r2", "ctl", "u3", "a4", "r4"]
+    lines = {ident: number for number, ident in enumerate(n.values(), 1)}
+    assert audit.chain_ids == tuple(n[k] for k in on_chain)
+    assert audit.chain_lines == tuple(lines[n[k]] for k in on_chain)
+    # the set the replay asks for, made from the same pairs (and once)
+    assert audit.active == {(lines[n[k]], n[k]) for k in on_chain}
+    assert audit.active is audit.active
+
+
+def test_receipt_fallback_needs_a_winning_attempt() -> None:
+    b = LedgerBuilder()
+    b.header()
+    b.user("q")
+    a = b.assistant("a")
+    b.receipt([attempt(0, "failed", usage(40, 0))], parent=a)  # no winner
+    row = audit_bytes(b.to_bytes()).row
+    assert row["requests"] == 1 and row["input_tokens"] == 0
+    assert row["billed_input_tokens"] == 40 and row["receipt_failed_attempts"] == 1
+
+
+def test_receipt_not_following_an_assistant_message_is_only_billed() -> None:
+    b = LedgerBuilder()
+    b.header()
+    u = b.user("q")
+    b.assistant("a")
+    b.receipt([attempt(0, "ok", usage(40, 4))], winning=0, parent=u)
+    row = audit_bytes(b.to_bytes()).row
+    assert row["input_tokens"] == 0 and row["billed_input_tokens"] == 40
+
+
+def test_malformed_usage_is_ignored() -> None:
+    assert usage_of({"input_tokens": 1, "output_tokens": 2}) == (1, 2, 0, 0)
+    assert usage_of({"input_tokens": 1, "output_tokens": 2, "cache_read_input_tokens": None,
+                     "cache_creation_input_tokens": 4}) == (1, 2, 0, 4)
+    bads: list[Any] = [None, [], {"input_tokens": "1"}, {"input_tokens": -1},
+                       {"input_tokens": True}, {"input_tokens": 1.5}]
+    for bad in bads:
+        assert usage_of(bad) is None
+    b = LedgerBuilder()
+    b.header()
+    b.user("q")
+    malformed: dict[str, Any] = {"input_tokens": "many", "output_tokens": 1}
+    b.assistant("a", u=malformed)
+    row = audit_bytes(b.to_bytes()).row
+    assert row["requests"] == 1 and row["input_tokens"] == 0 and row["output_tokens"] == 0
+
+
+@pytest.mark.parametrize(
+    ("ts", "ns"),
+    [
+        ("1970-01-01T00:00:00Z", 0),
+        ("2026-09-21T14:13:20Z", BASE_SECONDS * 10**9),
+        ("2026-09-21T14:13:20.123Z", BASE_SECONDS * 10**9 + 123_000_000),
+        ("2026-09-21T14:13:20.123456Z", BASE_SECONDS * 10**9 + 123_456_000),
+        ("2026-09-21T14:13:20.123456789Z", BASE_SECONDS * 10**9 + 123_456_789),
+        ("2026-09-21T14:13:20.000000001Z", BASE_SECONDS * 10**9 + 1),
+        (None, None),
+        ("", None),
+    ],
+)
+def test_ts_nanos(ts: str | None, ns: int | None) -> None:
+    assert ts_nanos(ts) == ns
+
+
+def test_status_ok_with_info_only() -> None:
+    b = sample_session(turns=1)
+    b.work()
+    audit = audit_bytes(b.to_bytes())
+    assert codes(audit.findings) == {(len(b.lines), "duplicate_kind_key")}
+    assert audit.row["status"] == "ok"
+    assert (audit.row["errors"], audit.row["warnings"], audit.row["infos"]) == (0, 0, 1)
+
+
+def test_status_warning() -> None:
+    b = sample_session(turns=1)
+    b.chained = False
+    b.user("legacy")
+    b.raw(b'{"id":', newline=False)
+    audit = audit_bytes(b.to_bytes())
+    n = len(b.lines)
+    assert codes(audit.findings) == {(n - 1, "unchained"), (n, "torn_tail")}
+    assert audit.row["status"] == "warning"
+    assert (audit.row["errors"], audit.row["warnings"], audit.row["infos"]) == (0, 2, 0)
+    assert audit.row["lines"] == n and audit.row["entries"] == n - 1
+    assert audit.row["head_hash"] == sha(b.lines[-2].data)
+
+
+def test_status_error() -> None:
+    b = sample_session(turns=1)
+    lines = b.physical()
+    lines[1] = lines[1].replace(b"weather", b"WEATHER")
+    key = parse_session_path(EXAMPLE_PATH)
+    assert key is not None
+    audit = audit_session(key, lines)
+    assert codes(audit.findings) == {(3, "hash_mismatch")}
+    assert audit.row["status"] == "error"
+    assert (audit.row["errors"], audit.row["warnings"], audit.row["infos"]) == (1, 0, 0)
+
+
+def test_findings_come_in_line_order() -> None:
+    b = LedgerBuilder()
+    b.raw(b"junk")
+    b.user("a", parent="nowhere")
+    b.raw(b"junk")
+    audit = audit_bytes(b.to_bytes())
+    lines = [f.line for f in audit.findings]
+    assert lines[0] is None  # missing_header first
+    assert lines[1:] == sorted(line or 0 for line in lines[1:])
+
+
+def test_size_overrides_counted_bytes() -> None:
+    b = sample_session(turns=1)
+    key = parse_session_path(EXAMPLE_PATH)
+    assert key is not None
+    audit = audit_session(key, b.physical(), size=12345)
+    assert audit.row["bytes"] == 12345
+
+
+def test_empty_ledger() -> None:
+    audit = audit_bytes(b"")
+    assert codes(audit.findings) == {(None, "missing_header")}
+    assert audit.row["entries"] == 0 and audit.row["lines"] == 0
+    assert audit.row["head_id"] is None and audit.row["head_hash"] is None
+    assert audit.row["first_ts"] is None and audit.row["last_ts"] is None
+
+
+# -- header checks -------------------------------------------------------------------
+
+
+def test_cwd_hash_and_session_id_mismatch_on_the_header_line() -> None:
+    b = sample_session(turns=1)
+    key = parse_session_path("agents/vak/sessions/0123456789abcdef/not-the-id.jsonl")
+    assert key is not None
+    audit = audit_session(key, b.physical())
+    assert codes(audit.findings) == {(1, "cwd_hash_mismatch"), (1, "session_id_mismatch")}
+    assert audit.row["status"] == "warning"
+    assert audit.row["cwd_hash"] == "0123456789abcdef"
+    assert audit.row["session_id"] == "0199a1f2-5f00-7000-8000-00000000abcd"
+
+
+def test_header_checks_carry_the_header_line_when_it_is_not_line_1() -> None:
+    b = LedgerBuilder()
+    b.raw(b"torn before the header")
+    b.header()
+    b.user("q")
+    key = parse_session_path("agents/vak/sessions/0123456789abcdef/not-the-id.jsonl")
+    assert key is not None
+    audit = audit_session(key, b.physical())
+    assert codes(audit.findings) == {
+        (1, "damaged_entry"), (2, "cwd_hash_mismatch"), (2, "session_id_mismatch")}
+
+
+def test_second_header_is_not_checked_against_the_path() -> None:
+    b = sample_session(turns=1)
+    b.header(session_id="other", cwd="/elsewhere")
+    audit = audit_bytes(b.to_bytes())
+    assert codes(audit.findings) == {(len(b.lines), "second_header")}
+
+
+def test_header_without_cwd_or_session_id() -> None:
+    b = LedgerBuilder()
+    b.entry("header", {"created_at": "2026-09-21T14:13:20Z", "cwd": 7}, parent=None)
+    audit = audit_bytes(b.to_bytes())
+    assert codes(audit.findings) == {(1, "cwd_hash_mismatch"), (1, "session_id_mismatch")}
+    assert audit.row["session_id"] is None and audit.row["model"] is None
+
+
+# -- vak's own sample ----------------------------------------------------------------
+
+
+def test_example_ledger_audits_clean() -> None:
+    key = parse_session_path(EXAMPLE_PATH)
+    assert key is not None
+    data = EXAMPLE.read_bytes()
+    with EXAMPLE.open("rb") as f:
+        audit = audit_session(key, f)
+    assert [(f.line, f.code) for f in audit.findings] == [(17, Code.DUPLICATE_KIND_KEY)]
+    row = audit.row
+    assert row["status"] == "ok"
+    assert row["entries"] == row["lines"] == row["active_chain_len"] == 22
+    assert row["bytes"] == len(data)
+    assert row["head_id"] == "0199a1f2-6a00-7000-8000-000000000016"
+    assert row["head_hash"] == sha(split_lines(data)[-1].rstrip(b"\n"))
+    assert row["turns"] == 1 and row["requests"] == 2
+    assert row["input_tokens"] == 812 and row["output_tokens"] == 41
+    assert row["billed_input_tokens"] == 812 and row["receipt_attempts"] == 1
+    assert row["first_ts"] == ts_nanos("2026-09-21T14:13:20.123456789Z")
+    assert row["last_ts"] == ts_nanos("2026-09-21T14:13:22.716049358Z")
