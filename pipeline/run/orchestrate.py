@@ -203,10 +203,10 @@ class TaskHandle(Protocol):
 class Completion(Protocol):
     """Handles in the order they finish; more may be added while iterating."""
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[TaskHandle]:
         """Each handle once finished."""
 
-    def add(self, handle: Any) -> None:
+    def add(self, handle: TaskHandle) -> None:
         """Another handle to wait for."""
 
 
@@ -217,10 +217,10 @@ class Executor(Protocol):
     def workers(self) -> int:
         """How many batches run at once."""
 
-    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TaskHandle:
         """Start (or schedule) ``fn(*args, **kwargs)``; return its handle."""
 
-    def as_completed(self, handles: Iterable[Any]) -> Completion:
+    def as_completed(self, handles: Iterable[TaskHandle]) -> Completion:
         """The handles as they finish."""
 
 
@@ -235,11 +235,12 @@ class DaskExecutor:
         """Workers of the cluster now."""
         return max(1, len(self.client.scheduler_info().get("workers", {})))
 
-    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TaskHandle:
         """``client.submit`` (never cached: a rerun reads the objects again)."""
-        return self.client.submit(fn, *args, pure=False, **kwargs)
+        handle: TaskHandle = self.client.submit(fn, *args, pure=False, **kwargs)
+        return handle
 
-    def as_completed(self, handles: Iterable[Any]) -> Completion:
+    def as_completed(self, handles: Iterable[TaskHandle]) -> Completion:
         """distributed's ``as_completed``."""
         return as_completed(list(handles), loop=self.client.loop)
 
@@ -269,14 +270,14 @@ def _released() -> Any:
 
 
 class _InOrder:
-    def __init__(self, handles: Iterable[Any]) -> None:
-        self.queue: deque[Any] = deque(handles)
+    def __init__(self, handles: Iterable[TaskHandle]) -> None:
+        self.queue: deque[TaskHandle] = deque(handles)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[TaskHandle]:
         while self.queue:
             yield self.queue.popleft()
 
-    def add(self, handle: Any) -> None:
+    def add(self, handle: TaskHandle) -> None:
         self.queue.append(handle)
 
 
@@ -289,12 +290,12 @@ class LocalExecutor:
     def __init__(self) -> None:
         self._next = 0
 
-    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TaskHandle:
         """A deferred call of ``fn``."""
         self._next += 1
         return _Deferred(self._next, lambda: fn(*args, **kwargs))
 
-    def as_completed(self, handles: Iterable[Any]) -> Completion:
+    def as_completed(self, handles: Iterable[TaskHandle]) -> Completion:
         """The handles in submission order (each runs when its result is asked for)."""
         return _InOrder(handles)
 
