@@ -33,7 +33,7 @@ MB = 1_000_000
 def measure(root: str, max_line_bytes: int | None) -> dict[str, Any]:
     """Audit the one session under ``root`` as one audit task does; what it cost."""
     from pipeline.io.storage import MAX_LINE_BYTES, enumerate_sessions, resolve
-    from pipeline.run.batches import audit_batch
+    from pipeline.run.batches import RunContext, audit_batch
     from pipeline.run.orchestrate import redacted
 
     location = resolve(root)
@@ -41,7 +41,7 @@ def measure(root: str, max_line_bytes: int | None) -> dict[str, Any]:
     before = peak_rss_bytes()
     t0 = time.perf_counter()
     result = redacted(audit_batch, location, 0, listing.sessions,
-                      max_line_bytes=max_line_bytes or MAX_LINE_BYTES)
+                      RunContext(max_line_bytes=max_line_bytes or MAX_LINE_BYTES))
     seconds = time.perf_counter() - t0
     row = result.sessions.select(["bytes", "lines", "entries", "status"]).to_pylist()[0]
     findings = result.findings.select(["line", "code", "detail"]).to_pylist()[:100]

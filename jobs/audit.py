@@ -1,16 +1,30 @@
-"""The audit job's report: what a run of :func:`pipeline.run.orchestrate.run_audit`
-prints (``vakpipe audit``, ``replay``, ``compact``, ``nightly`` and the demo all print it).
-
-The run itself is :func:`~pipeline.run.orchestrate.run_audit`, called directly: a job
-function here would only pass its arguments through.
+"""The audit job (``vakpipe audit``, ``vakpipe replay``): an archive into integrity (and
+replay) tables, and the summary every run prints (``compact``, ``nightly`` and the demo
+print it too).
 """
 
 from __future__ import annotations
 
 import click
 
-from pipeline.io.storage import printable
-from pipeline.run.orchestrate import RunSummary
+from pipeline.io.storage import MAX_LINE_BYTES, Location, printable
+from pipeline.run.orchestrate import RunSummary, run_audit
+from pipeline.run.replay_batches import ReplayOptions
+
+
+def audit_job(root: Location, out: Location, replay: ReplayOptions | None = None, *,
+              sessions: frozenset[str] | None = None, scheduler: str | None = None,
+              workers: int | None = None, progress: bool | None = None,
+              max_line_bytes: int = MAX_LINE_BYTES) -> RunSummary:
+    """Audit the sessions under ``root`` (all, or those with the ids in ``sessions``)
+    and commit the integrity tables under ``out``; with ``replay``, replay them too
+    (``turns``, ``requests``), each object read once.
+
+    The one place a CLI command (or a scheduled job) turns these options into a run:
+    :func:`pipeline.run.orchestrate.run_audit`.
+    """
+    return run_audit(root, out, scheduler=scheduler, workers=workers, progress=progress,
+                     replay=replay, sessions=sessions, max_line_bytes=max_line_bytes)
 
 
 def print_summary(summary: RunSummary) -> None:
@@ -41,3 +55,9 @@ def print_summary(summary: RunSummary) -> None:
         for path in shown:
             echo(f"    {printable(path, 160)}")
     echo(f"  tables: {summary.out}/integrity/sessions, {summary.out}/integrity/findings")
+
+
+def print_replay_summary(summary: RunSummary) -> None:
+    """Print a replay run's summary: the audit's, and where the replay tables are."""
+    print_summary(summary)
+    click.echo(f"  replay: {summary.out}/turns, {summary.out}/requests")

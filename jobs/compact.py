@@ -1,6 +1,6 @@
 """The compaction job (``vakpipe compact``): plan the packets a capacity needs.
 
-Thin: :func:`pipeline.run.orchestrate.run_audit` with replay options that carry
+:func:`jobs.audit.audit_job` with replay options that carry
 :class:`~pipeline.compaction.engine.CompactionOptions`; this module builds them and prints.
 """
 
@@ -10,25 +10,26 @@ import dataclasses
 
 import click
 
-from jobs.audit import print_summary
+from jobs.audit import audit_job, print_summary
 from pipeline.compaction.engine import CompactionOptions
-from pipeline.io.storage import Location
-from pipeline.run.orchestrate import RunSummary, run_audit
+from pipeline.io.storage import MAX_LINE_BYTES, Location
+from pipeline.run.orchestrate import RunSummary
 from pipeline.run.replay_batches import ReplayOptions
 
 
 def compact_job(root: Location, out: Location, options: ReplayOptions,
                 compaction: CompactionOptions, *, write_archive: bool = False,
                 sessions: frozenset[str] | None = None, scheduler: str | None = None,
-                workers: int | None = None, progress: bool | None = None) -> RunSummary:
+                workers: int | None = None, progress: bool | None = None,
+                max_line_bytes: int = MAX_LINE_BYTES) -> RunSummary:
     """Replay every session under ``root`` under planner v1 for the compaction's capacity
     profile, plan its packets, and commit the integrity, ``turns``, ``requests`` and
     ``compaction`` tables (and, with ``write_archive``, the compacted copies under
     ``out/archive``) in one atomic commit."""
     options = dataclasses.replace(options, planner=True, compaction=compaction,
                                   write_archive=write_archive)
-    return run_audit(root, out, scheduler=scheduler, workers=workers, progress=progress,
-                     replay=options, sessions=sessions)
+    return audit_job(root, out, options, sessions=sessions, scheduler=scheduler,
+                     workers=workers, progress=progress, max_line_bytes=max_line_bytes)
 
 
 def print_compaction_summary(summary: RunSummary) -> None:

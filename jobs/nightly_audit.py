@@ -41,6 +41,7 @@ from pipeline.io.commit import (
     write_small_file,
 )
 from pipeline.io.storage import (
+    MAX_LINE_BYTES,
     Listing,
     Location,
     printable,
@@ -294,6 +295,7 @@ def run_nightly(
     progress: bool | None = None,
     baseline_day: date | None = None,
     rebaseline: bool = False,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> NightlySummary:
     """Audit and replay what changed under ``root`` since the last night; commit the
     whole archive's tables into ``out``'s partition for ``day`` (default today, UTC).
@@ -364,7 +366,7 @@ def run_nightly(
     execute_run(root, target, Listing(to_read, listing.skipped, listing.skipped_examples),
                 run, scheduler=scheduler, workers=workers, progress=progress,
                 replay=options, in_process=in_process, previous=previous,
-                before_commit=before_commit)
+                before_commit=before_commit, max_line_bytes=max_line_bytes)
     try:
         write_small_file(target, target.join(SUMMARY_FILE),
                          json.dumps(summary.as_dict(), indent=1, sort_keys=True).encode())

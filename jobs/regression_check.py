@@ -1,7 +1,7 @@
 """The projection regression check (``vakpipe regress``): replay an archive under a
 baseline and a candidate rule set, compare every request, commit the pairs.
 
-Thin: the runs are :func:`pipeline.run.orchestrate.run_audit`, the comparison is
+The runs are :func:`pipeline.run.orchestrate.run_audit`, the comparison is
 :mod:`pipeline.replay.regress`; this module wires them to storage and prints.
 """
 
@@ -26,7 +26,13 @@ from pipeline.io.commit import (
     read_manifest,
     write_small_file,
 )
-from pipeline.io.storage import Location, check_output, storage_error, storage_errors
+from pipeline.io.storage import (
+    MAX_LINE_BYTES,
+    Location,
+    check_output,
+    storage_error,
+    storage_errors,
+)
 from pipeline.replay.regress import (
     REGRESSION_SCHEMA,
     DeltaStats,
@@ -127,8 +133,8 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
                    baseline: ReplayOptions | None = None, baseline_run: Location | None = None,
                    thresholds: Thresholds | None = None,
                    sessions: frozenset[str] | None = None, scheduler: str | None = None,
-                   workers: int | None = None, progress: bool | None = None
-                   ) -> RegressionReport:
+                   workers: int | None = None, progress: bool | None = None,
+                   max_line_bytes: int = MAX_LINE_BYTES) -> RegressionReport:
     """Replay ``root`` under the baseline and the candidate and compare every request.
 
     Each replay is a run of its own, committed atomically under ``OUT/baseline`` and
@@ -151,8 +157,9 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
         What makes the check fail (the report's ``breaches``); default none.
     sessions:
         Only the sessions with these ids (file stems); a baseline run is cut to them.
-    scheduler, workers, progress:
-        As for :func:`pipeline.run.orchestrate.run_audit`; without a scheduler, both replays
+    scheduler, workers, progress, max_line_bytes:
+        As for :func:`pipeline.run.orchestrate.run_audit` (both replays read through the
+        same line limit); without a scheduler, both replays
         share one LocalCluster.
 
     Raises
@@ -184,7 +191,8 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
     runs: list[RunSummary] = []
     with _one_cluster(root, out, scheduler, workers) as address:
         replay_into = functools.partial(run_audit, root, scheduler=address, workers=workers,
-                                        progress=progress, sessions=sessions)
+                                        progress=progress, sessions=sessions,
+                                        max_line_bytes=max_line_bytes)
         if baseline is not None:
             runs.append(replay_into(base_loc, replay=baseline))
         runs.append(replay_into(cand_loc, replay=candidate))

@@ -146,8 +146,8 @@ max_line_option = click.option(
     "damaged line and never read into memory.")
 
 
-def build_replay_options(rules: str, planner: bool, catalog_path: str | None, window: int | None,
-                    scope: str | None, max_line_bytes: int = MAX_LINE_BYTES) -> ReplayOptions:
+def build_replay_options(rules: str, planner: bool, catalog_path: str | None,
+                         window: int | None, scope: str | None) -> ReplayOptions:
     """Check the replay flags (``audit``, ``replay``, ``show``) and build the options.
 
     Raises
@@ -171,4 +171,4 @@ def build_replay_options(rules: str, planner: bool, catalog_path: str | None, wi
     catalog = load_catalog(catalog_path)
     if window is not None:
         catalog = catalog.with_window(window)
-    return ReplayOptions(rules, catalog, planner, scope, max_line_bytes=max_line_bytes)
+    return ReplayOptions(rules, catalog, planner, scope)

@@ -37,17 +37,15 @@ def audit(root: str, out: str, scheduler: str | None, workers: int | None,
           replay: bool, rules: str, planner: bool, catalog_path: str | None,
           window: int | None, scope: str | None, max_line_bytes: int) -> None:
     """Verify every session ledger under ROOT and write integrity tables under OUT."""
-    from jobs.audit import print_summary
-    from pipeline.run.orchestrate import run_audit
+    from jobs.audit import audit_job, print_summary
 
     options = parse_storage_options(storage_options)
     replay_opts = None
     if replay or planner or scope or window or catalog_path or rules != "v1":
-        replay_opts = build_replay_options(rules, planner, catalog_path, window, scope,
-                                      max_line_bytes)
-    summary = run_audit(resolve(root, options), resolve(out, options),
+        replay_opts = build_replay_options(rules, planner, catalog_path, window, scope)
+    summary = audit_job(resolve(root, options), resolve(out, options), replay_opts,
                         scheduler=scheduler, workers=workers, progress=progress,
-                        replay=replay_opts, max_line_bytes=max_line_bytes)
+                        max_line_bytes=max_line_bytes)
     print_summary(summary)
     exit_on(fail_on, summary)
 
@@ -72,13 +70,12 @@ def replay(root: str, out: str, session_ids: tuple[str, ...], rules: str, planne
     Writes what `audit --replay` writes: integrity/sessions, integrity/findings, turns
     and requests.
     """
-    from jobs.replay import print_replay_summary, replay_job
+    from jobs.audit import audit_job, print_replay_summary
 
     options = parse_storage_options(storage_options)
-    summary = replay_job(resolve(root, options), resolve(out, options),
-                         build_replay_options(rules, planner, catalog_path, window, scope,
-                                         max_line_bytes),
-                         sessions=frozenset(session_ids) or None, scheduler=scheduler,
-                         workers=workers, progress=progress)
+    summary = audit_job(resolve(root, options), resolve(out, options),
+                        build_replay_options(rules, planner, catalog_path, window, scope),
+                        sessions=frozenset(session_ids) or None, scheduler=scheduler,
+                        workers=workers, progress=progress, max_line_bytes=max_line_bytes)
     print_replay_summary(summary)
     exit_on(None, summary)

@@ -73,7 +73,7 @@ def compact(root: str, out: str, window: int | None, what_if_model: str | None,
     else:
         writer = get_summariser("cards")
     options = parse_storage_options(storage_options)
-    replay_opts = build_replay_options(rules, True, catalog_path, window, None, max_line_bytes)
+    replay_opts = build_replay_options(rules, True, catalog_path, window, None)
     if what_if_model is not None and replay_opts.catalog.lookup(what_if_model) is None:
         raise UsageError(f"--model {what_if_model!r} is not in the model catalog")
     summary = compact_job(
@@ -81,6 +81,7 @@ def compact(root: str, out: str, window: int | None, what_if_model: str | None,
         CompactionOptions(writer, window=window, model=what_if_model,
                           summary_tokens=summary_tokens),
         write_archive=write_archive, sessions=frozenset(session_ids) or None,
-        scheduler=scheduler, workers=workers, progress=progress)
+        scheduler=scheduler, workers=workers, progress=progress,
+        max_line_bytes=max_line_bytes)
     print_compaction_summary(summary)
     exit_on(None, summary)

@@ -57,9 +57,8 @@ def cost(source: str, run_out: str | None, since: datetime | None, until: dateti
     out = resolve(source, options)
     by = parse_by(by_text)
     if run_out is not None:
-        from jobs.audit import print_summary
+        from jobs.audit import audit_job, print_summary
         from pipeline.io.commit import read_manifest
-        from pipeline.run.orchestrate import run_audit
 
         if since is not None and until is not None and since > until:  # before the audit
             raise UsageError(f"--since {since.date()} is after --until {until.date()}")
@@ -67,7 +66,7 @@ def cost(source: str, run_out: str | None, since: datetime | None, until: dateti
             raise UsageError(f"{source} is a run's output, not an archive: price it with "
                              f"`vakpipe cost {source}` (--out is for an archive)")
         out = resolve(run_out, options)
-        print_summary(run_audit(resolve(source, options), out))
+        print_summary(audit_job(resolve(source, options), out))
     outcome = cost_job(out, by=by, since=since.date() if since else None,
                        until=until.date() if until else None, prices_path=prices_path,
                        report_dir=resolve(report_dir, options) if report_dir else None)

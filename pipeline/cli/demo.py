@@ -66,8 +66,8 @@ def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
     workers:
         LocalCluster size (default: one per core).
     """
-    from jobs.audit import print_summary
-    from pipeline.run.orchestrate import dask_client, run_audit
+    from jobs.audit import audit_job, print_summary
+    from pipeline.run.orchestrate import dask_client
     from pipeline.synth.fleet import write_fleet
     from pipeline.synth.local_s3 import local_s3
 
@@ -82,7 +82,7 @@ def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
         # workers inherit the endpoint's settings): a cluster start costs seconds.
         with dask_client(None, workers) as client:
             address = str(client.scheduler_info()["address"])
-            summary = run_audit(archive, resolve(audit_out(out)), scheduler=address)
+            summary = audit_job(archive, resolve(audit_out(out)), scheduler=address)
             print_summary(summary)
             click.echo("compaction what-ifs (planner v1, summaries from the turn cards):")
             for name, scale, label in WHAT_IFS:
@@ -92,14 +92,13 @@ def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
 
 
 def _what_if(archive: Location, out: str, scale: float, label: str, scheduler: str) -> None:
+    from jobs.compact import compact_job
     from pipeline.compaction.cards import CardsSummariser
     from pipeline.compaction.engine import CompactionOptions
-    from pipeline.run.orchestrate import run_audit
     from pipeline.run.replay_batches import ReplayOptions
 
-    options = ReplayOptions(planner=True,
-                            compaction=CompactionOptions(CardsSummariser(), scale=scale))
-    done = run_audit(archive, resolve(out), scheduler=scheduler, replay=options)
+    done = compact_job(archive, resolve(out), ReplayOptions(),
+                       CompactionOptions(CardsSummariser(), scale=scale), scheduler=scheduler)
     c = done.compaction
     click.echo(f"  {label}: {c['sessions_needing_packets']:,} of {done.sessions:,} sessions "
                f"need packets ({c['packets']:,} planned, {c['packets_superseded']:,} "

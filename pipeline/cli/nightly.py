@@ -61,8 +61,7 @@ def nightly(root: str, out: str, day: datetime | None, compaction: bool,
     from pipeline.compaction.registry import get_summariser
 
     options = parse_storage_options(storage_options)
-    replay_opts = build_replay_options(rules, planner, catalog_path, window, None,
-                                  max_line_bytes)
+    replay_opts = build_replay_options(rules, planner, catalog_path, window, None)
     if compaction:
         replay_opts = dataclasses.replace(
             replay_opts, compaction=CompactionOptions(get_summariser("cards")))
@@ -70,6 +69,6 @@ def nightly(root: str, out: str, day: datetime | None, compaction: bool,
                           day=day.date() if day else None, scheduler=scheduler,
                           workers=workers, progress=progress,
                           baseline_day=baseline_day.date() if baseline_day else None,
-                          rebaseline=rebaseline)
+                          rebaseline=rebaseline, max_line_bytes=max_line_bytes)
     print_nightly_summary(summary)
     exit_on(fail_on, summary.run)

@@ -64,17 +64,16 @@ def regress(root: str, out: str, baseline: str | None, candidate: str,
     thresholds = Thresholds(
         parse_change_limit(max_changed) if max_changed is not None else None,
         max_new_overflows)
-    # Both replays read through the same line limit (it travels in their options).
     base_opts = (None if baseline_run is not None
-                 else build_replay_options(baseline or "v1", planner, catalog_path, window, None,
-                                      max_line_bytes))
+                 else build_replay_options(baseline or "v1", planner, catalog_path, window, None))
     report = regression_job(
         resolve(root, options), resolve(out, options),
-        build_replay_options(candidate, planner, catalog_path, window, None, max_line_bytes),
+        build_replay_options(candidate, planner, catalog_path, window, None),
         baseline=base_opts,
         baseline_run=resolve(baseline_run, options) if baseline_run is not None else None,
         thresholds=thresholds, sessions=frozenset(session_ids) or None,
-        scheduler=scheduler, workers=workers, progress=progress)
+        scheduler=scheduler, workers=workers, progress=progress,
+        max_line_bytes=max_line_bytes)
     print_regression(report)
     if report.partial and not allow_partial:
         sys.exit(EXIT_PARTIAL)  # before the thresholds: a partial comparison proves nothing

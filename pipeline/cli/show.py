@@ -28,10 +28,10 @@ def show(session: str, scope: str, rules: str, planner: bool, catalog_path: str 
     The request as the model received it: its figures, the plan, the prefix and every
     message with its tokens.
     """
-    from jobs.replay import show_job
+    from jobs.show import show_job
 
-    text = show_job(session, scope,
-                    build_replay_options(rules, planner, catalog_path, window, None,
-                                    max_line_bytes),
-                    storage_options=parse_storage_options(storage_options), full=full)
+    text = show_job(session, scope, build_replay_options(rules, planner, catalog_path, window,
+                                                         None),
+                    storage_options=parse_storage_options(storage_options), full=full,
+                    max_line_bytes=max_line_bytes)
     click.echo(text)

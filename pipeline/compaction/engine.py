@@ -243,7 +243,7 @@ class CompactionEngine(ReplayEngine):
             if tokens <= left or last + 1 >= len(closed):
                 return tokens, summary, seeded_from, last, left
             # The summariser could not meet its target: a broader range frees more.
-            del self.packets[(closed[first].id, closed[last].id)]
+            self.drop_packet(closed[first].id, closed[last].id)
             last += 1
             left += self._free(closed[last], modes)
 

@@ -301,11 +301,6 @@ def bounded(text: str, limit: int) -> str:
     return quote(text, limit)
 
 
-def redact_optional(text: str | None) -> str | None:
-    """:func:`redact`, passing ``None`` through."""
-    return None if text is None else redact(text)
-
-
 def redact_value(value: Any) -> Any:
     """A JSON-like value with every string in it (keys too) redacted, for structures sent
     or written whole (the turn cards an HTTP summariser receives)."""

@@ -130,7 +130,7 @@ class ReplayEngine:
       about to be rebuilt and after a ``compaction`` entry was taken in;
     * :meth:`plan_request`: the plan of a request under the planner, built on
       :meth:`working_set`; :meth:`store_packet` holds a packet as if it had been written
-      (the compaction engine plans packets this way).
+      and :meth:`drop_packet` forgets it (the compaction engine plans packets this way).
     """
 
     # State a fork copies (mutable) or shares (immutable values, or a cache whose content
@@ -422,6 +422,11 @@ class ReplayEngine:
         self.packets[(first, last)] = (tokens, sha_hex(text), text)
         self._version += 1
         return tokens
+
+    def drop_packet(self, first: str, last: str) -> None:
+        """Forget the packet held over turns ``first``..``last`` (:meth:`store_packet`)."""
+        del self.packets[(first, last)]
+        self._version += 1
 
     def _selection(self, entry: Entry) -> None:
         plan = entry.data.get("plan")

@@ -27,8 +27,6 @@ _WHERE = ("scope", "turn", "iteration", "model")
 _COMPARED = ("rules", "request_digest", "replayed_tokens", "model_input_limit", "hint_level")
 _MANDATORY = "mandatory"
 
-STATUSES = ("same", "changed", "added", "removed")
-
 REGRESSION_SCHEMA = pa.schema(
     [
         ("session_path", pa.string()),

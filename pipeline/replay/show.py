@@ -1,11 +1,11 @@
 """``vakpipe show``: one replayed request as a person reads it. Pure.
 
-The batch replay keeps only token counts and digests. To print a request,
-:class:`RenderingEngine` replays the active chain with costs that also keep the text
-they account (:class:`TextCost`), up to the assistant message of the chosen request,
-and :func:`render_request` reads the engine's state at that point: what is printed is
-exactly what was counted. The header figures (utilization, hint, drift) are the
-``requests`` row of the batch replay, passed in as it is.
+The batch replay keeps only token counts and digests. To print a request, the
+session is replayed once, by the batch replay itself, with a :class:`RenderingEngine`:
+its costs also keep the text they account (:class:`TextCost`), and when it rebuilds the
+chosen request :func:`render_request` reads the engine's state at that point. What is
+printed is exactly what was counted, and the header figures (utilization, hint, drift)
+are the ``requests`` row that same replay emitted.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.errors import PipelineError, UsageError
+from pipeline.errors import UsageError
 from pipeline.ledger.entry import is_directive
 from pipeline.ledger.reader import Entry
-from pipeline.ledger.redact import quote, redact
+from pipeline.ledger.redact import redact
 from pipeline.ledger.text import terminal_safe
 from pipeline.replay.catalog import Capacity
 from pipeline.replay.engine import Prefix, RenderedTokens, ReplayEngine, RequestReplay, TurnCosts
@@ -80,11 +80,37 @@ class TextCost(RenderedTokens):
 
 
 class RenderingEngine(ReplayEngine):
-    """A :class:`~pipeline.replay.engine.ReplayEngine` whose turns keep their rendered text."""
+    """A :class:`~pipeline.replay.engine.ReplayEngine` whose turns keep their rendered
+    text, and which renders the request at ``scope`` (``tN/iM``; a form ``tN/iM/fK``
+    names its iteration) as it rebuilds it: ``vakpipe show`` prints from the replay that
+    made the request's row, never from a second derivation."""
+
+    def __init__(self, rules: RuleSet, tokenizer: Tokenizer, *,
+                 planner: Capacity | None = None, scope: str | None = None) -> None:
+        super().__init__(rules, tokenizer, planner=planner)
+        parsed = parse_scope(scope) if scope is not None else None
+        self.wanted = ((parsed.turn, parsed.iter)
+                       if parsed is not None and parsed.iter is not None else None)
+        #: The request at ``scope``, once the replay has rebuilt it.
+        self.rendered: RenderedRequest | None = None
+        self._rendering = False
 
     def new_turn_costs(self) -> TurnCosts:
         """Costs that record their text (see :class:`TextCost`)."""
         return TurnCosts(TextCost(), TextCost(), TextCost())
+
+    def on_request(self, entry: Entry) -> None:
+        """Render the wanted request from the state it is rebuilt from (the scope it gets
+        is the replay's own: its turn, and its iteration within it)."""
+        turn = self.index.current
+        if (self.wanted is None or self.rendered is not None or self._rendering
+                or turn is None or (turn.number, len(turn.iterations) + 1) != self.wanted):
+            return
+        self._rendering = True  # render_request peeks: it calls this hook again
+        try:
+            self.rendered = render_request(self, entry)
+        finally:
+            self._rendering = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,38 +211,6 @@ def render_request(engine: RenderingEngine, entry: Entry) -> RenderedRequest | N
     return RenderedRequest(req, prefix, engine.count(prefix.system), tools, tuple(messages),
                            full, req.plan_card_turns, req.plan_packet_turns,
                            packet is not None, start, rules.request_overhead)
-
-
-def capture_request(entries: Iterable[Entry], entry_id: str, *, rules: RuleSet,
-                    tokenizer: Tokenizer, planner: Capacity | None = None) -> RenderedRequest:
-    """Replay the active chain ``entries`` up to the request of ``entry_id`` and render it.
-
-    Parameters
-    ----------
-    entries : iterable of Entry
-        The active chain, root first; read only up to ``entry_id``.
-    entry_id : str
-        Id of the request's assistant message.
-    rules, tokenizer, planner
-        As for :func:`pipeline.replay.session.replay_session`.
-
-    Returns
-    -------
-    RenderedRequest
-
-    Raises
-    ------
-    PipelineError
-        No replayed request has that id.
-    """
-    engine = RenderingEngine(rules, tokenizer, planner=planner)
-    for entry in entries:
-        if entry.id == entry_id and (rendered := render_request(engine, entry)) is not None:
-            return rendered
-        for _ in engine.feed(entry):
-            pass
-    raise PipelineError("no replayed request has entry id "
-                        f"{terminal_safe(quote(entry_id, 200))!r}")
 
 
 def find_request(rows: list[dict[str, Any]], scope: str, session: str) -> dict[str, Any]:
@@ -365,7 +359,7 @@ def format_request(row: Mapping[str, Any], rendered: RenderedRequest, *, session
     row : mapping
         The request's row of the ``requests`` table (utilization, hint, drift).
     rendered : RenderedRequest
-        The request with its text (:func:`capture_request`).
+        The request with its text (:attr:`RenderingEngine.rendered`).
     session : str
         The session's URL, for the header.
     audit : mapping

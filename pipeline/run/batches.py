@@ -12,25 +12,52 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import pyarrow as pa
 
+from pipeline.audit.checkpoint import PrefixHasher
 from pipeline.audit.session import SessionAudit, audit_session, verdict
 from pipeline.errors import ObjectChangedError, PipelineError
 from pipeline.io.storage import (
     MAX_LINE_BYTES,
     Location,
     SessionObject,
+    Tap,
     endpoint_unreachable,
     open_lines,
     refresh_object,
     storage_errors,
 )
 from pipeline.ledger.layout import SessionKey
-from pipeline.ledger.reader import MAX_DETAIL_CHARS
+from pipeline.ledger.reader import MAX_DETAIL_CHARS, Entry
 from pipeline.ledger.redact import quote
 from pipeline.ledger.types import Code, Finding
 from pipeline.tables.schemas import findings_table, sessions_table, subagents_table, usage_table
+
+#: A session up to this size keeps its parsed entries from the audit for the replay
+#: (~10 times its bytes in memory); a larger one is parsed again from the spool.
+KEEP_ENTRIES_BYTES = 4 * 2**20
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the runner settles for one run, built once and shipped with every task.
+
+    What the user asked travels apart (:class:`~pipeline.run.replay_batches.ReplayOptions`,
+    built once by the CLI or the job and never written into); this is what only the
+    run knows. The checkpoints of a nightly differ per batch: they travel beside it.
+    """
+
+    #: The run's id (the manifest's, the staging folder's name).
+    run_id: str = ""
+    #: Lines longer than this are skipped unread and reported (``--max-line-bytes``).
+    max_line_bytes: int = MAX_LINE_BYTES
+    #: Where the workers write compacted copies: the run's staging folder for them, set
+    #: only when the run writes an archive (``compact --write-archive``).
+    staging: Location | None = None
+    #: The run's start, stamped on the packets of the compacted copies.
+    run_ns: int = 0
 
 
 @dataclass
@@ -206,25 +233,105 @@ def not_audited(key: SessionKey, size: int, finding: Finding) -> SessionAudit:
     return SessionAudit(row, [finding])
 
 
-def audit_object(root: Location, obj: SessionObject,
-                 max_line_bytes: int = MAX_LINE_BYTES,
-                 watch: EndpointWatch | None = None) -> SessionAudit:
-    """Audit one session object, streaming it; a read failure becomes a finding, a line
-    over ``max_line_bytes`` a line that is not a valid entry, an object that changed
-    under the read is read once more, an audit that raises is ``audit_failed`` (see
-    :func:`read_consistently`; ``watch`` counts the reads that could not reach the
-    endpoint)."""
-    def read(version: SessionObject) -> SessionAudit:
-        with open_lines(root, version, max_line_bytes=max_line_bytes) as lines:
-            result = audit_session(version.key, lines, size=version.size)
-        result.row["etag"] = version.etag
-        return result
+@dataclass
+class ObjectRead:
+    """One object read through the per-object pipeline (:func:`read_object`)."""
 
-    return read_consistently(root, obj, read, watch)[0]
+    #: The audit of the version read (its row stamped with that version's ETag), or the
+    #: finding that says why it was not read.
+    audit: SessionAudit
+    #: Whether the object was read (else ``audit`` holds only a finding, no figures).
+    read: bool
+    #: The entries the audit parsed, when asked to keep them (small objects only).
+    kept: list[Entry] | None = None
+    #: The hasher that saw every byte of the version read (``None``: not asked, or it
+    #: did not see the whole object).
+    hasher: PrefixHasher | None = None
+
+
+def read_object(root: Location, obj: SessionObject, context: RunContext, *,
+                spool: IO[bytes] | None = None,
+                new_hasher: Callable[[], PrefixHasher] | None = None,
+                watch: EndpointWatch | None = None) -> ObjectRead:
+    """Read and audit one session object: the one per-object pipeline of every run.
+
+    The audit task, the replay task (and so the nightly) and ``vakpipe show`` all read
+    an object here: its lines streamed through the run's line limit into the audit,
+    the version read stamped on the audit's row (its ETag), an object that changed
+    under the read read once more, a read failure or an audit that raises turned into
+    a finding (:func:`read_consistently`; ``watch`` counts the reads that could not
+    reach the endpoint).
+
+    ``spool``, when given, receives the object's exact bytes (an over-long line in
+    pieces), for a replay to read again; the audit then keeps the parsed entries of an
+    object up to :data:`KEEP_ENTRIES_BYTES`. ``new_hasher`` makes the hasher that sees
+    every byte too (a nightly's checkpoint); it is returned when it saw the whole
+    object (also when the audit raised), else ``None``.
+    """
+    hashers: list[PrefixHasher] = []
+    kept: list[Entry] | None = None
+    whole = False  # the hasher saw every byte of the version read
+
+    def read(version: SessionObject) -> SessionAudit:
+        nonlocal kept, whole
+        whole = False
+        taps: list[Tap] = []
+        # A re-read starts over: the spool, the hasher and the entries kept hold one
+        # version's bytes.
+        hashers.clear()
+        if spool is not None:
+            spool.seek(0)
+            spool.truncate()
+            taps.append(spool.write)
+        kept = [] if spool is not None and version.size <= KEEP_ENTRIES_BYTES else None
+        if new_hasher is not None:
+            hashers.append(new_hasher())
+            taps.append(hashers[0].update)
+        with open_lines(root, version, max_line_bytes=context.max_line_bytes,
+                        tap=_tee(taps)) as lines:
+            try:
+                audit = audit_session(version.key, lines, size=version.size, keep=kept)
+            except (*UNCONTAINED, *storage_errors()):
+                raise
+            except Exception:
+                # An audit that raises (audit_failed) must not hide a history break:
+                # the rest of the object still goes past the hasher.
+                if hashers:
+                    for _ in lines:
+                        pass
+                    whole = True
+                raise
+        whole = True
+        audit.row["etag"] = version.etag
+        return audit
+
+    audit, was_read = read_consistently(root, obj, read, watch)
+    # Only a hasher that saw the whole object can judge it against its checkpoint.
+    hasher = hashers[0] if hashers and whole else None
+    return ObjectRead(audit, was_read, kept if was_read else None, hasher)
+
+
+def _tee(taps: list[Tap]) -> Tap | None:
+    """One tap feeding every tap of ``taps`` (``None`` for none)."""
+    if len(taps) < 2:
+        return taps[0] if taps else None
+    first, second = taps
+
+    def tap(data: bytes) -> None:
+        first(data)
+        second(data)
+    return tap
+
+
+def audit_object(root: Location, obj: SessionObject,
+                 context: RunContext | None = None,
+                 watch: EndpointWatch | None = None) -> SessionAudit:
+    """Audit one session object (:func:`read_object`, nothing spooled)."""
+    return read_object(root, obj, context or RunContext(), watch=watch).audit
 
 
 def audit_batch(root: Location, index: int, batch: list[SessionObject],
-                max_line_bytes: int = MAX_LINE_BYTES) -> BatchResult:
+                context: RunContext | None = None) -> BatchResult:
     """Audit a batch of whole sessions; the unit of work of one Dask task.
 
     Parameters
@@ -235,8 +342,8 @@ def audit_batch(root: Location, index: int, batch: list[SessionObject],
         The batch's position in the run's plan; it names the output part.
     batch:
         The sessions to audit, in path order.
-    max_line_bytes:
-        The longest line read (``--max-line-bytes``).
+    context:
+        The run's context (its line limit); default that of a run with no options.
 
     Once :data:`MAX_CONNECTION_FAILURES` objects in a row could not reach the storage
     endpoint, the rest of the batch is reported not read without a request
@@ -246,7 +353,7 @@ def audit_batch(root: Location, index: int, batch: list[SessionObject],
     audits = []
     for obj in batch:
         audits.append(not_attempted(obj, watch) if watch.dead
-                      else audit_object(root, obj, max_line_bytes, watch))
+                      else audit_object(root, obj, context, watch))
     return audit_batch_result(index, batch, audits)
 
 

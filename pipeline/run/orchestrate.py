@@ -45,7 +45,13 @@ from pipeline.io.storage import (
 )
 from pipeline.ledger.reader import MAX_DETAIL_CHARS
 from pipeline.run import lifecycle
-from pipeline.run.batches import NOT_READ_CODES, BatchResult, audit_batch, quarantined
+from pipeline.run.batches import (
+    NOT_READ_CODES,
+    BatchResult,
+    RunContext,
+    audit_batch,
+    quarantined,
+)
 from pipeline.run.replay_batches import ReplayOptions, replay_batch
 from pipeline.tables.redact import redact_table
 from pipeline.tables.schemas import (
@@ -526,15 +532,15 @@ def run_batches(
     root: Location,
     listing: Listing,
     on_result: Callable[[BatchResult], None],
+    context: RunContext | None = None,
     *,
     progress: bool | None = None,
     replay: ReplayOptions | None = None,
     previous: Mapping[str, Checkpoint | None] | None = None,
-    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> int:
     """Submit one task per batch (audit, or audit and replay) and hand each result over
-    as it arrives; with ``previous``, each task gets its objects' checkpoints. An audit
-    reads lines up to ``max_line_bytes``; a replay, up to its options'.
+    as it arrives; every task gets the run's ``context`` and, with ``previous``, its
+    objects' checkpoints.
 
     ``executor`` is an :class:`Executor` or a ``distributed`` client. A worker that dies
     under a task is Dask's business: the task runs again elsewhere. A task whose workers
@@ -551,17 +557,16 @@ def run_batches(
     run: Executor = (executor if isinstance(executor, (LocalExecutor, DaskExecutor))
                      else DaskExecutor(cast("Client", executor)))
     batches = plan_batches(listing.sessions, run.workers)
-    # Only a limit other than the default travels with the tasks.
-    limit = {} if max_line_bytes == MAX_LINE_BYTES else {"max_line_bytes": max_line_bytes}
     planned: dict[Any, tuple[int, list[SessionObject]]] = {}
 
     def submit(index: int, batch: list[SessionObject]) -> Any:
         if replay is None:
-            handle = run.submit(redacted, audit_batch, root, index, batch, **limit)
+            handle = run.submit(redacted, audit_batch, root, index, batch, context)
         else:
             handle = run.submit(redacted, replay_batch, root, index, batch, replay,
                                 None if previous is None else
-                                {o.key.path: previous.get(o.key.path) for o in batch})
+                                {o.key.path: previous.get(o.key.path) for o in batch},
+                                context)
         planned[handle.key] = (index, batch)
         return handle
 
@@ -610,7 +615,7 @@ def run_audit(
     progress: bool | None = None,
     replay: ReplayOptions | None = None,
     sessions: frozenset[str] | None = None,
-    max_line_bytes: int | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> RunSummary:
     """Audit every session under ``root`` and commit the integrity tables under ``out``.
 
@@ -630,9 +635,8 @@ def run_audit(
     sessions:
         Only the sessions with these ids (see :func:`select_sessions`); default all.
     max_line_bytes:
-        The longest line read (``--max-line-bytes``); a longer one is reported, never
-        read into memory. Default: the replay options', else
-        :data:`~pipeline.io.storage.MAX_LINE_BYTES`.
+        The longest line read (``--max-line-bytes``), by the audit and the replay; a
+        longer one is reported, never read into memory.
 
     Returns
     -------
@@ -719,17 +723,15 @@ def execute_run(
     in_process: bool = False,
     previous: Mapping[str, Checkpoint | None] | None = None,
     before_commit: Callable[[StagedRun], None] | None = None,
-    max_line_bytes: int | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> RunSummary:
     """Run the tasks of ``listing`` and commit everything under ``out`` in one commit.
 
     ``previous`` (a nightly run) checks each object against its checkpoint and adds the
     ``checkpoints`` table; ``before_commit`` may stage more parts (rows carried
-    forward) once every task is in. ``max_line_bytes``, when given, overrides the
-    replay options' line limit.
+    forward) once every task is in. The run's context (its id, ``max_line_bytes``, the
+    staging folder of compacted copies) is built here once and shipped with every task.
     """
-    if replay is not None and max_line_bytes is not None:
-        replay = dataclasses.replace(replay, max_line_bytes=max_line_bytes)
     schemas = {**DATASETS, **(REPLAY_DATASETS if replay is not None else {}),
                **(COMPACTION_DATASETS if replay is not None and replay.compaction else {}),
                **({"checkpoints": CHECKPOINTS_SCHEMA} if previous is not None else {})}
@@ -739,12 +741,14 @@ def execute_run(
     # commit resolving into the archive stops the run here, with nothing written.
     staged.preflight(root, (ARCHIVE,) if write_archive else ())
     summary.skipped_examples = summary.skipped_examples or listing.skipped_examples
-    if replay is not None and write_archive:
-        # Workers write the compacted copies into this run's staging folder; the commit
-        # publishes them under OUT/archive with the rest, or not at all.
-        replay = dataclasses.replace(
-            replay, run_ns=time.time_ns(),
-            archive_to=dataclasses.replace(out, path=staged.stage_dir(ARCHIVE)))
+    # What only the run knows, settled once and shipped with every task. Workers write
+    # the compacted copies into this run's staging folder; the commit publishes them
+    # under OUT/archive with the rest, or not at all.
+    context = RunContext(
+        summary.run_id, max_line_bytes,
+        staging=(dataclasses.replace(out, path=staged.stage_dir(ARCHIVE))
+                 if write_archive else None),
+        run_ns=time.time_ns())
 
     def collect(result: BatchResult) -> None:
         staged.write_part("integrity/sessions", result.index, result.sessions)
@@ -768,8 +772,8 @@ def execute_run(
         if listing.sessions:
             with executor_for(listing, scheduler, workers, threads=in_process) as run:
                 summary.failed_batches += run_batches(
-                    run, root, listing, collect, progress=progress, replay=replay,
-                    previous=previous, max_line_bytes=max_line_bytes or MAX_LINE_BYTES)
+                    run, root, listing, collect, context, progress=progress,
+                    replay=replay, previous=previous)
         if before_commit is not None:
             before_commit(staged)
         # A signal during the commit waits for its end: once the manifest is renamed the

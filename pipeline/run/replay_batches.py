@@ -12,12 +12,12 @@ from __future__ import annotations
 import errno
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import IO
 
 from pipeline.audit.checkpoint import Checkpoint, PrefixHasher, checkpoint_of
-from pipeline.audit.session import SessionAudit, audit_session
+from pipeline.audit.session import SessionAudit
 from pipeline.compaction.engine import (
     CapacityProfile,
     CompactionEngine,
@@ -33,15 +33,13 @@ from pipeline.io.storage import (
     MAX_LINE_BYTES,
     Location,
     SessionObject,
-    Tap,
     check_output,
     guarded_lines,
-    open_lines,
-    storage_errors,
 )
 from pipeline.ledger.reader import Entry, read_ledger, reread_entry
 from pipeline.ledger.types import Code
 from pipeline.replay.catalog import ModelCatalog, load_catalog
+from pipeline.replay.engine import ReplayEngine
 from pipeline.replay.projection import get_rule_set
 from pipeline.replay.reported import reported_replay, transcript_entries
 from pipeline.replay.scopes import parse_fold_key_to_scopes
@@ -51,10 +49,12 @@ from pipeline.run.batches import (
     UNCONTAINED,
     BatchResult,
     EndpointWatch,
+    ObjectRead,
+    RunContext,
     audit_batch_result,
     failed,
     not_attempted,
-    read_consistently,
+    read_object,
 )
 from pipeline.tables.schemas import (
     CHECKPOINTS_SCHEMA,
@@ -65,14 +65,13 @@ from pipeline.tables.schemas import (
 )
 
 SPOOL_MEMORY_BYTES = 64 * 2**20
-#: A session up to this size keeps its parsed entries from the audit for the replay
-#: (~10 times its bytes in memory); a larger one is parsed again from the spool.
-KEEP_ENTRIES_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
 class ReplayOptions:
-    """What a replay run asks for (picklable: it travels with every task)."""
+    """What a replay run was asked for: built once by the CLI or the job, never written
+    into (what only the run knows travels apart, in its
+    :class:`~pipeline.run.batches.RunContext`); picklable, it goes with every task."""
 
     rules: str = "v1"
     catalog: ModelCatalog = field(default_factory=load_catalog)
@@ -82,19 +81,6 @@ class ReplayOptions:
     compaction: CompactionOptions | None = None
     #: Write a compacted copy of every session that got packets (``--write-archive``).
     write_archive: bool = False
-    #: Where the copies go (set by the run: its staging folder), and the run time their
-    #: packets are stamped with.
-    archive_to: Location | None = None
-    run_ns: int = 0
-    #: Lines longer than this are skipped unread and reported (``--max-line-bytes``).
-    max_line_bytes: int = MAX_LINE_BYTES
-
-
-def _both(first: Tap, second: Tap) -> Tap:
-    def tap(data: bytes) -> None:
-        first(data)
-        second(data)
-    return tap
 
 
 def active_entries(spool: IO[bytes], audit: SessionAudit,
@@ -128,14 +114,27 @@ def _entries_on(lines: Iterator[bytes], wanted: set[int]) -> Iterator[Entry]:
 
 
 def replay_spooled(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
-                   options: ReplayOptions, kept: list[Entry] | None = None) -> SessionReplay:
-    """Replay a session's active chain from its spooled bytes, or from the entries the
-    audit ``kept`` (and plan its packets)."""
+                   options: ReplayOptions, kept: list[Entry] | None = None, *,
+                   max_line_bytes: int = MAX_LINE_BYTES,
+                   new_engine: Callable[[str | None], ReplayEngine] | None = None
+                   ) -> SessionReplay:
+    """Replay a session's active chain from its spooled bytes (read again through the
+    line limit of the audit, ``max_line_bytes``), or from the entries the audit
+    ``kept`` (and plan its packets).
+
+    ``new_engine`` makes, for the session's model, the engine that replays a vak ledger
+    instead of the default one (of the options' rule set and planner): ``vakpipe show``
+    renders its request from the engine that made the request's row. Not with options
+    that plan packets (their engine plans them).
+    """
+    def entries() -> Iterator[Entry]:
+        return active_entries(spool, audit, max_line_bytes, kept)
+
     if audit.row.get("source", VAK) != VAK:
         # Another agent's transcript: its turns and reported sizes, nothing to replay or
         # compact.
         turns, requests = reported_replay(
-            audit, options.catalog, active_entries(spool, audit, options.max_line_bytes, kept))
+            audit, options.catalog, entries())
         if options.scope:
             universe = [r["scope"] for r in requests]
             chosen = {str(s) for s in parse_fold_key_to_scopes(options.scope, universe)}
@@ -157,11 +156,14 @@ def replay_spooled(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
 
     # Under the planner the replay and the packet planning share one pass: the requests
     # are then counted with the planned packets in place, for the profile's capacity.
-    engine = None
+    if profile is not None and new_engine is not None:
+        raise ValueError("an engine of its own cannot plan packets")
+    engine = new_engine(model) if new_engine is not None else None
+    planning_engine = None
     if profile is not None and options.planner:
         cap = profile.capacity
-        engine = compaction_engine(profile)
-    result = replay_session(obj.key, active_entries(spool, audit, options.max_line_bytes, kept),
+        engine = planning_engine = compaction_engine(profile)
+    result = replay_session(obj.key, entries(),
                             rules=rules,
                             tokenizer=tokenizer, catalog=options.catalog, planner=cap,
                             engine=engine)
@@ -170,19 +172,19 @@ def replay_spooled(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
         chosen = {str(s) for s in parse_fold_key_to_scopes(options.scope, universe)}
         result.requests = [r for r in result.requests if r["scope"] in chosen]
     if profile is not None:
-        if engine is None:
-            engine = compaction_engine(profile)
-            for entry in active_entries(spool, audit, options.max_line_bytes, kept):
-                for _ in engine.feed(entry):
+        if planning_engine is None:
+            planning_engine = compaction_engine(profile)
+            for entry in entries():
+                for _ in planning_engine.feed(entry):
                     pass
-        planned = supersede(engine.planned)
+        planned = supersede(planning_engine.planned)
         result.compaction = compaction_rows(obj.key, session_id, planned, profile)
         result.packets = planned.survivors
     return result
 
 
 def _write_archive(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
-                   replayed: SessionReplay, options: ReplayOptions,
+                   replayed: SessionReplay, context: RunContext,
                    root: Location | None = None) -> str | None:
     """Write the compacted copy of a session that got packets; return its path.
 
@@ -196,7 +198,8 @@ def _write_archive(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
     :class:`~pipeline.errors.UnsafeOutputError`, which stop the run).
     """
     head_id, head_hash = audit.row.get("head_id"), audit.row.get("head_hash")
-    if (options.archive_to is None or not replayed.packets or not head_id or not head_hash
+    staging = context.staging
+    if (staging is None or not replayed.packets or not head_id or not head_hash
             or any(f.code is Code.TORN_TAIL for f in audit.findings)
             # A compressed ledger (.jsonl.gz/.zst) is not copied: its copy would be the
             # decompressed bytes under a compressed name (docs/formats.md).
@@ -204,13 +207,13 @@ def _write_archive(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
         return None
     session = audit.row.get("session_id") or obj.key.session_id
     lines = packet_lines(replayed.packets, session, head_id=head_id, head_hash=head_hash,
-                         now_ns=options.run_ns)
-    target = options.archive_to.join(obj.key.path)
-    options.archive_to.check_inside(target)
+                         now_ns=context.run_ns)
+    target = staging.join(obj.key.path)
+    staging.check_inside(target)
     if root is not None:
-        check_output(root, options.archive_to, (target,))
+        check_output(root, staging, (target,))
     try:
-        write_compacted(options.archive_to, obj.key.path, spool, lines)
+        write_compacted(staging, obj.key.path, spool, lines)
     except StorageError as err:
         # A key the output's filesystem cannot hold as a name (an S3 key of 1,000 bytes,
         # one local file name is at most 255): that copy is left out, its packets stay
@@ -226,71 +229,42 @@ def _write_archive(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
 
 
 def audit_and_replay(
-    root: Location, obj: SessionObject, options: ReplayOptions,
+    root: Location, obj: SessionObject, options: ReplayOptions, context: RunContext,
     new_hasher: Callable[[], PrefixHasher] | None = None,
-    watch: EndpointWatch | None = None,
-) -> tuple[SessionAudit, SessionReplay | None, str | None, PrefixHasher | None]:
-    """Audit one object and replay it, reading it from storage once (twice when it
-    changed under the first read: :func:`~pipeline.run.batches.read_consistently`); with
-    an archive destination, also write its compacted copy (whose path is returned).
-    ``new_hasher`` makes the hasher that sees every byte of the read kept (for
-    checkpoints); it is returned with the rest when it saw the whole object (also when
-    the audit or the replay raised), else ``None``. No replay when the object was not read;
-    an audit or a replay that raises (a bug; not the errors of
-    :data:`~pipeline.run.batches.UNCONTAINED`) makes it ``audit_failed``, with no replay.
-    """
-    hashers: list[PrefixHasher] = []
-    kept: list[Entry] | None = None
-    whole = False  # the hasher saw every byte of the version read
-    with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as spool:
-        def read(version: SessionObject) -> SessionAudit:
-            nonlocal kept, whole
-            whole = False
-            # A re-read starts over: the spool, the hasher and the entries kept hold
-            # one version's bytes.
-            spool.seek(0)
-            spool.truncate()
-            hashers.clear()
-            kept = [] if version.size <= KEEP_ENTRIES_BYTES else None
-            tap: Tap = spool.write
-            if new_hasher is not None:
-                hashers.append(new_hasher())
-                tap = _both(spool.write, hashers[0].update)
-            # The spool and the hasher see the exact bytes, over-long lines included (in
-            # pieces), so the compacted copy and the checkpoint are the object's own.
-            with open_lines(root, version, max_line_bytes=options.max_line_bytes,
-                            tap=tap) as lines:
-                try:
-                    audit = audit_session(version.key, lines, size=version.size, keep=kept)
-                except (*UNCONTAINED, *storage_errors()):
-                    raise
-                except Exception:
-                    # An audit that raises (audit_failed) must not hide a history break:
-                    # the rest of the object still goes past the hasher.
-                    if hashers:
-                        for _ in lines:
-                            pass
-                        whole = True
-                    raise
-            whole = True
-            audit.row["etag"] = version.etag
-            return audit
+    watch: EndpointWatch | None = None, *, spool: IO[bytes] | None = None,
+    new_engine: Callable[[str | None], ReplayEngine] | None = None,
+) -> tuple[ObjectRead, SessionReplay | None, str | None]:
+    """Audit one object and replay it, reading it from storage once
+    (:func:`~pipeline.run.batches.read_object`, its bytes spooled); with the run's
+    staging folder for copies, also write its compacted copy (whose path is returned).
 
-        audit, was_read = read_consistently(root, obj, read, watch)
-        # Only a hasher that saw the whole object can judge it against its checkpoint.
-        hasher = hashers[0] if hashers and whole else None
-        if not was_read:
-            return audit, None, None, hasher
-        try:
-            replayed = replay_spooled(obj, audit, spool, options, kept)
-            copy = _write_archive(obj, audit, spool, replayed, options, root)
-        except UNCONTAINED:
-            raise
-        except Exception as err:
-            # Like an audit that raised: the object is ``audit_failed``, nothing of its
-            # audit kept (no figures, no usage rows without their requests).
-            return failed(obj, err), None, None, hasher
-        return audit, replayed, copy, hasher
+    ``new_hasher`` and ``watch`` are :func:`~pipeline.run.batches.read_object`'s,
+    ``new_engine`` :func:`replay_spooled`'s; ``spool``, a caller's spool that outlives
+    the call (``vakpipe show`` reads it again), else a temporary one. No replay when
+    the object was not read; a replay that raises (a bug; not the errors of
+    :data:`~pipeline.run.batches.UNCONTAINED`) makes it ``audit_failed`` like an audit
+    that raised, with no replay (the hasher of the read is kept: it judges the history
+    all the same).
+    """
+    if spool is None:
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as temporary:
+            return audit_and_replay(root, obj, options, context, new_hasher, watch,
+                                    spool=temporary, new_engine=new_engine)
+    read = read_object(root, obj, context, spool=spool, new_hasher=new_hasher, watch=watch)
+    if not read.read:
+        return read, None, None
+    try:
+        replayed = replay_spooled(obj, read.audit, spool, options, read.kept,
+                                  max_line_bytes=context.max_line_bytes,
+                                  new_engine=new_engine)
+        copy = _write_archive(obj, read.audit, spool, replayed, context, root)
+    except UNCONTAINED:
+        raise
+    except Exception as err:
+        # Like an audit that raised: the object is ``audit_failed``, nothing of its
+        # audit kept (no figures, no usage rows without their requests).
+        return replace(read, audit=failed(obj, err), read=False, kept=None), None, None
+    return read, replayed, copy
 
 
 def checkpoint_rows(path: str, before: Checkpoint | None, audit: SessionAudit,
@@ -319,7 +293,8 @@ def checkpoint_rows(path: str, before: Checkpoint | None, audit: SessionAudit,
 
 def replay_batch(root: Location, index: int, batch: list[SessionObject],
                  options: ReplayOptions,
-                 previous: dict[str, Checkpoint | None] | None = None) -> BatchResult:
+                 previous: dict[str, Checkpoint | None] | None = None,
+                 context: RunContext | None = None) -> BatchResult:
     """Audit and replay a batch of whole sessions: one Dask task of a replay run.
 
     With ``previous`` (a nightly run: each object's checkpoint, or ``None`` for a new
@@ -329,6 +304,7 @@ def replay_batch(root: Location, index: int, batch: list[SessionObject],
     history finding, lose their ETag so the next run reads the object again
     (:meth:`Checkpoint.reread`).
     """
+    context = context or RunContext()
     audits: list[SessionAudit] = []
     turns: list[dict[str, object]] = []
     requests: list[dict[str, object]] = []
@@ -346,11 +322,13 @@ def replay_batch(root: Location, index: int, batch: list[SessionObject],
                 checkpoints.extend(checkpoint_rows(obj.key.path, before, audits[-1], None,
                                                    None))
             continue
-        audit, replayed, copy, hasher = audit_and_replay(
-            root, obj, options, None if previous is None else
+        read, replayed, copy = audit_and_replay(
+            root, obj, options, context, None if previous is None else
             partial(PrefixHasher, before.verified_bytes if before else None), watch)
+        audit = read.audit
         if previous is not None:
-            checkpoints.extend(checkpoint_rows(obj.key.path, before, audit, replayed, hasher))
+            checkpoints.extend(checkpoint_rows(obj.key.path, before, audit, replayed,
+                                               read.hasher))
         audits.append(audit)
         if replayed is not None:
             turns.extend(replayed.turns)
@@ -363,7 +341,7 @@ def replay_batch(root: Location, index: int, batch: list[SessionObject],
     result.extra["requests"] = rows_table(requests, REQUESTS_SCHEMA)
     if options.compaction is not None:
         result.extra["compaction"] = rows_table(compaction, COMPACTION_SCHEMA)
-    if options.archive_to is not None:
+    if context.staging is not None:
         result.files[ARCHIVE] = archived
     if previous is not None:
         result.extra["checkpoints"] = rows_table(checkpoints, CHECKPOINTS_SCHEMA)

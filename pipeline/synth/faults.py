@@ -114,11 +114,6 @@ _DETAIL = {
 }
 
 
-def needs_entry_count(name: str) -> bool:
-    """Whether placing fault ``name`` needs the session's number of entries."""
-    return name not in PATH_FAULTS
-
-
 def plan_fault(name: str, n: int, rng: Random, token: str) -> FaultSpec:
     """Place fault ``name`` in a session of ``n`` entries (``n >= 5``).
 

@@ -44,7 +44,7 @@ from pipeline.io.commit import (
 )
 from pipeline.io.storage import Location, check_output, enumerate_sessions, resolve
 from pipeline.ledger.types import Code, Finding
-from pipeline.run.batches import BatchResult, audit_batch
+from pipeline.run.batches import BatchResult, RunContext, audit_batch
 from pipeline.synth.fleet import write_fleet
 from pipeline.tables.schemas import DATASETS, SESSIONS_SCHEMA, findings_table
 from tests.helpers.storage import Places, places, plain_rows
@@ -276,10 +276,11 @@ def test_a_failed_batch_leaves_the_previous_output_byte_identical(
     last = len(orchestrate.plan_batches(enumerate_sessions(archive).sessions, 2)) - 1
     assert last >= 3
 
-    def flaky_batch(root: Location, index: int, batch: list[Any]) -> BatchResult:
+    def flaky_batch(root: Location, index: int, batch: list[Any],
+                    context: RunContext) -> BatchResult:
         if index == last:
             raise BatchFailed(f"batch {index} failed")
-        return audit_batch(root, index, batch)
+        return audit_batch(root, index, batch, context)
 
     staged_parts: list[str] = []
     real_write_part = StagedRun.write_part

@@ -20,8 +20,8 @@ from typing import Any
 import fsspec
 import pytest
 
-import pipeline.run.batches as partitions
-import pipeline.run.replay_batches as replay_partitions
+import pipeline.run.batches as batches
+import pipeline.run.replay_batches as replay_batches
 from pipeline.audit.checkpoint import Checkpoint
 from pipeline.cli import EXIT_PARTIAL, run
 from pipeline.compaction.summaries import SummariserError
@@ -77,8 +77,7 @@ def test_an_audit_that_raises_on_one_object_is_a_finding_and_the_run_completes(
         archive: Location, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
         command: list[str]) -> None:
     error = TypeError("unhashable type: 'list'")
-    raise_on_boom(monkeypatch, partitions, "audit_session", error)
-    raise_on_boom(monkeypatch, replay_partitions, "audit_session", error)
+    raise_on_boom(monkeypatch, batches, "audit_session", error)
     out = tmp_path / "out"
     code = run([*command, ARCHIVE, "--out", str(out), "--workers", "1", "--no-progress"])
     assert code == EXIT_PARTIAL
@@ -113,7 +112,7 @@ def test_an_audit_that_raises_on_one_object_is_a_finding_and_the_run_completes(
 
 def test_a_replay_that_raises_on_one_object_is_a_finding_and_keeps_its_checkpoint(
         archive: Location, monkeypatch: pytest.MonkeyPatch) -> None:
-    raise_on_boom(monkeypatch, replay_partitions, "replay_session",
+    raise_on_boom(monkeypatch, replay_batches, "replay_session",
                   ZeroDivisionError("division by zero"))
     batch = enumerate_sessions(archive).sessions
     by_name = {name_of(o.key.path): o for o in batch}
@@ -148,10 +147,10 @@ def test_a_replay_that_raises_on_one_object_is_a_finding_and_keeps_its_checkpoin
 def test_errors_raised_on_purpose_and_interrupts_are_not_contained(
         archive: Location, monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
     batch = enumerate_sessions(archive).sessions
-    raise_on_boom(monkeypatch, partitions, "audit_session", error)
+    raise_on_boom(monkeypatch, batches, "audit_session", error)
     with pytest.raises(type(error)):
         audit_batch(archive, 0, batch)
     monkeypatch.undo()
-    raise_on_boom(monkeypatch, replay_partitions, "replay_session", error)
+    raise_on_boom(monkeypatch, replay_batches, "replay_session", error)
     with pytest.raises(type(error)):
         replay_batch(archive, 0, batch, ReplayOptions())

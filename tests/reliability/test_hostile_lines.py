@@ -37,7 +37,7 @@ from pipeline.io.storage import MAX_LINE_BYTES, SessionObject, guarded_lines, re
 from pipeline.ledger.layout import parse_session_path
 from pipeline.ledger.reader import MAX_DETAIL_CHARS, Entry, read_ledger
 from pipeline.ledger.types import OversizeLine, Severity
-from pipeline.run.batches import audit_batch
+from pipeline.run.batches import RunContext, audit_batch
 from pipeline.run.orchestrate import redacted
 from pipeline.run.replay_batches import ReplayOptions, replay_batch
 from tests.helpers.ledgers import LedgerBuilder, dumps, sample_session, session_key, sha
@@ -243,8 +243,8 @@ def test_a_replay_spools_and_checkpoints_the_exact_bytes_of_a_skipped_line(
     loc = resolve(str(root))
     path = root / session_key().path
     obj = SessionObject(session_key(), str(path), path.stat().st_size)
-    options = ReplayOptions(max_line_bytes=1024)
-    result = redacted(replay_batch, loc, 0, [obj], options, {obj.key.path: None})
+    result = redacted(replay_batch, loc, 0, [obj], ReplayOptions(), {obj.key.path: None},
+                      RunContext(max_line_bytes=1024))
     findings = result.findings.to_pylist()
     assert [(f["line"], f["code"]) for f in findings] == [(4, "torn_write_recovered")]
     assert "1,024 bytes" in findings[0]["detail"]

@@ -28,7 +28,8 @@ from typing import Any
 import fsspec
 import pytest
 
-import pipeline.run.replay_batches as replay_partitions
+import pipeline.run.batches as batches
+import pipeline.run.replay_batches as replay_batches
 from jobs.nightly_audit import SUMMARY_FILE, partition
 from pipeline.cli import EXIT_PARTIAL, EXIT_UNUSABLE, run
 from pipeline.io.commit import MANIFEST
@@ -206,9 +207,11 @@ def test_a_rewritten_prefix_with_an_entry_that_crashes_is_still_history_rewritte
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise TypeError("an input no test foresaw")
 
-    # The nightly's read and replay call both from replay_partitions.
-    monkeypatch.setattr(replay_partitions,
-                        "replay_spooled" if where == "replay" else "audit_session", boom)
+    # The nightly's read (the per-object pipeline) and its replay.
+    if where == "replay":
+        monkeypatch.setattr(replay_batches, "replay_spooled", boom)
+    else:
+        monkeypatch.setattr(batches, "audit_session", boom)
     for day in (D2, D3):  # reported every night until the session replays
         assert memory_night(out, day) == EXIT_PARTIAL
         found = codes(Path(out), day, key.path)
