@@ -61,3 +61,8 @@ class PluginError(PipelineError, ValueError):
     """An installed plug-in (an entry point of a ``vakpipe.*`` group) asked for by name
     cannot be used: its module does not import, its object is missing or is not the kind
     of thing its group holds. One line names the plug-in and why."""
+
+
+class TelemetryExportError(PipelineError, OSError):
+    """An OpenTelemetry endpoint did not take the spans sent (unreachable, refused, or an
+    error status); the message says how many were delivered before."""

@@ -17,14 +17,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.cli import audit, compact, cost, demo, generate, nightly, plugins, regress, show
+from pipeline.cli import (
+    audit,
+    compact,
+    cost,
+    demo,
+    export,
+    generate,
+    nightly,
+    plugins,
+    regress,
+    show,
+)
 from pipeline.cli._exits import EXIT_FINDINGS, EXIT_OK, EXIT_PARTIAL, EXIT_UNUSABLE
 from pipeline.cli._group import main
 
 __all__ = ["EXIT_FINDINGS", "EXIT_OK", "EXIT_PARTIAL", "EXIT_UNUSABLE", "main", "run"]
 
 for _command in (audit.audit, audit.replay, show.show, nightly.nightly, compact.compact,
-                 regress.regress, cost.cost, generate.generate, demo.demo, plugins.plugins):
+                 regress.regress, cost.cost, generate.generate, demo.demo, plugins.plugins,
+                 export.export):
     main.add_command(_command)
 
 
