@@ -66,7 +66,7 @@ def receiver() -> Iterator[Receiver]:
     box: dict[str, Receiver] = {}
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             got = box["r"]
             body = self.rfile.read(int(self.headers["Content-Length"]))
             if self.path == "/v1/traces" and got.status == 200:
