@@ -22,7 +22,8 @@ from pipeline.costs.pricing import load_prices
 from pipeline.costs.report import in_window
 from pipeline.errors import UsageError
 from pipeline.io.commit import read_dataset, read_manifest
-from pipeline.io.otel import otlp_json, send_otlp, traces_url, write_bytes, write_parquet
+from pipeline.io.files import write_file
+from pipeline.io.otel import otlp_json, send_otlp, traces_url, write_parquet
 from pipeline.io.storage import Location, storage_error, storage_errors
 from pipeline.tables.partial import InputRun
 
@@ -110,7 +111,7 @@ def export_otel(out: Location, *, endpoint: str | None = None, dest: Location | 
             write_parquet(dest, table)
             kind = "parquet"
         else:
-            write_bytes(dest, otlp_json(table, resource))
+            write_file(dest, otlp_json(table, resource))
             kind = "otlp-json"
         where = dest.url
     return OtelExport(source, table.num_rows, sessions, unpriced, kind, where)

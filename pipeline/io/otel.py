@@ -22,10 +22,10 @@ import pyarrow.parquet as pq
 
 from pipeline.costs.otel import SCHEMA_URL
 from pipeline.errors import TelemetryExportError, UsageError
-from pipeline.io.storage import Location, printable, storage_error, storage_errors
+from pipeline.io.files import write_file
+from pipeline.io.storage import Location, printable
 
-__all__ = ["BATCH", "otlp_json", "send_otlp", "spans", "traces_url", "write_bytes",
-           "write_parquet"]
+__all__ = ["BATCH", "otlp_json", "send_otlp", "spans", "traces_url", "write_parquet"]
 
 #: Spans per OTLP request: well under a collector's default 4 MiB message limit.
 BATCH = 512
@@ -190,22 +190,9 @@ def send_otlp(table: pa.Table, endpoint: str, *, headers: Mapping[str, str] | No
     return sent
 
 
-def write_bytes(dest: Location, data: bytes) -> None:
-    """Write ``data`` to the file ``dest`` (any fsspec URL), its folder made."""
-    fs = dest.filesystem()
-    try:
-        parent = dest.path.rsplit("/", 1)[0]
-        if parent and parent != dest.path:
-            fs.makedirs(parent, exist_ok=True)
-        with fs.open(dest.path, "wb") as f:
-            f.write(data)
-    except storage_errors() as err:
-        raise storage_error(err, dest.url) from err
-
-
 def write_parquet(dest: Location, table: pa.Table) -> None:
     """Write the ``otel`` table as one Parquet file (the semconv version in its
     metadata, kept from the schema)."""
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
-    write_bytes(dest, sink.getvalue().to_pybytes())
+    write_file(dest, sink.getvalue().to_pybytes())
