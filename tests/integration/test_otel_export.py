@@ -188,3 +188,27 @@ def test_otlp_json_and_parquet_files(audited: Path, tmp_path: Path) -> None:
     assert table.num_rows == n
     assert table.schema.metadata[b"otel.semconv.version"] == SEMCONV_VERSION.encode()
     assert sorted(table["span_id"].to_pylist()) == sorted(s["spanId"] for s in spans)
+
+
+def test_the_json_file_is_the_sdk_request_as_json(audited: Path) -> None:
+    # otlp_json writes the document straight from the rows; it must be what the SDK's
+    # encoder sends, turned into OTLP JSON by protobuf (ids from base64 to hex).
+    import base64
+
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from pipeline.costs.otel import otel_table
+    from pipeline.costs.pricing import load_prices
+    from pipeline.io.otel import otlp_json, spans
+
+    table = otel_table(read_dataset(resolve(str(audited)), "usage"), load_prices()).slice(0, 40)
+    extra = {"vakpipe.run_id": "r1"}
+    theirs = MessageToDict(encode_spans(spans(table, extra)), use_integers_for_enums=True)
+    for rs in theirs["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for span in ss["spans"]:
+                for key in ("traceId", "spanId"):
+                    span[key] = base64.b64decode(span[key]).hex()
+    assert json.loads(otlp_json(table, extra)) == theirs
+    assert json.loads(otlp_json(table.slice(0, 0))) == {"resourceSpans": []}
