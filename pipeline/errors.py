@@ -55,3 +55,14 @@ class UnsafeOutputError(PipelineError, ValueError):
 class CorruptManifestError(PipelineError, ValueError):
     """An output's ``_manifest.json`` does not read as a manifest vakpipe writes (not
     JSON, another shape, or names that are not plain paths below the output)."""
+
+
+class PluginError(PipelineError, ValueError):
+    """An installed plug-in (an entry point of a ``vakpipe.*`` group) asked for by name
+    cannot be used: its module does not import, its object is missing or is not the kind
+    of thing its group holds. One line names the plug-in and why."""
+
+
+class TelemetryExportError(PipelineError, OSError):
+    """An OpenTelemetry endpoint did not take the spans sent (unreachable, refused, or an
+    error status); the message says how many were delivered before."""

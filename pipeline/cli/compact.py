@@ -24,8 +24,9 @@ from pipeline.io.storage import parse_storage_options, resolve
               help="What-if: plan for this input window instead of each session's model.")
 @click.option("--model", "what_if_model", default=None, metavar="NAME",
               help="What-if: plan for this catalog model's capacity.")
-@click.option("--summariser", type=click.Choice(["cards", "http"]), default="cards",
-              show_default=True, help="Who writes the summaries.")
+@click.option("--summariser", default="cards", show_default=True, metavar="NAME",
+              help="Who writes the summaries: cards, http, or an installed plug-in's name "
+                   "(vakpipe plugins).")
 @click.option("--summariser-url", default=None, metavar="URL",
               help="OpenAI-compatible endpoint of the http summariser.")
 @click.option("--summariser-model", default=None, metavar="NAME",
@@ -71,7 +72,7 @@ def compact(root: str, out: str, window: int | None, what_if_model: str | None,
         if probe is not None:
             probe()  # an unreachable endpoint is a setup error, before any read
     else:
-        writer = get_summariser("cards")
+        writer = get_summariser(summariser)  # cards, or a plug-in (an unknown name: exit 2)
     options = parse_storage_options(storage_options)
     replay_opts = build_replay_options(rules, True, catalog_path, window, None)
     if what_if_model is not None and replay_opts.catalog.lookup(what_if_model) is None:

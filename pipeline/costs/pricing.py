@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:  # imported when a table is built: a second of import the audit never needs
     from genai_prices.types import ModelPrice, Provider
 
-from pipeline.errors import UsageError
+from pipeline import plugins
+from pipeline.errors import PluginError, UsageError
 from pipeline.ledger.entry import Usage, input_and_output, usage_of
 from pipeline.replay.catalog import load_rule_file, name_matches
 
@@ -682,7 +683,9 @@ def load_prices(override: str | Path | None = None, *, cache: bool = True
     ----------
     override : str or Path or None
         A user's price file (the shape of ``prices.toml``; its ``version`` and ``as_of``
-        are not read).
+        are not read), or the name of an installed price-source plug-in (entry point
+        group ``vakpipe.price_sources``) when no file has that name: its table is tried
+        first.
     cache : bool
         Keep genai-prices' resolved rules in :func:`price_cache_dir` (write them with
         :meth:`LayeredPriceTable.save_cache`); False: none.
@@ -700,6 +703,8 @@ def load_prices(override: str | Path | None = None, *, cache: bool = True
         A file cannot be read, or a key is missing or invalid (the message names the
         file, the ``[[model]]`` entry and the key); genai-prices is not installed.
     """
+    if override is not None and _plugin_name(override):
+        return with_price_source(str(override), load_prices(None, cache=cache))
     own = load_toml_prices(override)
     assert own.as_of is not None  # load_toml_prices checked it
     genai = load_genai_prices(own.as_of, price_cache_dir() if cache else None)
@@ -710,3 +715,43 @@ def load_prices(override: str | Path | None = None, *, cache: bool = True
         version += f"+{Path(override).name}"
         source += f" + your {Path(override).name}"
     return LayeredPriceTable((own, genai), version, own.as_of, source)
+
+
+def _plugin_name(override: str | Path) -> bool:
+    """Whether ``--prices`` names an installed price source rather than a file (a file
+    of that name wins)."""
+    text = str(override)
+    return not Path(text).exists() and plugins.find("price_sources", text) is not None
+
+
+def _price_source(obj: Any) -> str | None:
+    return (None if callable(obj) or hasattr(obj, "lookup")
+            else "its entry point names no price table, class or function")
+
+
+def with_price_source(name: str, base: LayeredPriceTable) -> LayeredPriceTable:
+    """``base`` with the price-source plug-in ``name``'s table tried first.
+
+    The entry point names a price table (anything with ``lookup(provider, model)``), or a
+    class or function that makes one with no argument.
+
+    Raises
+    ------
+    PluginError
+        The plug-in does not load, or makes no price table (one line).
+    """
+    obj = plugins.load("price_sources", name, _price_source)
+    if isinstance(obj, type) or not hasattr(obj, "lookup"):
+        try:
+            obj = obj()
+        except Exception as err:  # a plug-in's constructor may raise anything: one line
+            raise PluginError(f"plug-in vakpipe.price_sources:{name} could not be made: "
+                              f"{type(err).__name__}: {err}") from err
+        if not callable(getattr(obj, "lookup", None)):
+            raise PluginError(f"plug-in vakpipe.price_sources:{name} made no price table "
+                              "(it has no lookup(provider, model))")
+    table: PriceTable = obj
+    found = plugins.find("price_sources", name)
+    tag = f"{name}-{found.version}" if found is not None and found.version else name
+    return LayeredPriceTable((table, *base.layers), f"{base.version}+plugin-{tag}",
+                             base.as_of, f"{base.source} + plug-in {name}")

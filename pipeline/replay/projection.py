@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from pipeline import plugins
+from pipeline.errors import PluginError
 from pipeline.ledger.types import as_dict, dicts
 
 #: Tools whose result is a presentation card: in Full their result becomes a short ack.
@@ -253,11 +255,53 @@ class RuleSetV1TerseCards(RuleSetV1):
 
 RULE_SETS: dict[str, RuleSet] = {"v1": RuleSetV1(), "v1-terse-cards": RuleSetV1TerseCards()}
 
+#: What a rule set must have (:class:`RuleSet`); a plug-in missing one is refused by name.
+_RULE_SET_MEMBERS = ("name", "message_overhead", "request_overhead", "tool_overhead",
+                     "tool_use_overhead", "image_tokens", "card_line", "digest_result",
+                     "turns_open", "turns_close", "summary")
+
+
+def _plugin_rule_set(name: str) -> RuleSet:
+    """The rule set of the installed plug-in ``name`` (``vakpipe.rule_sets``): its entry
+    point names a rule set, or a class or function that makes one with no argument."""
+    obj = plugins.load("rule_sets", name)
+    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "card_line")):
+        try:
+            obj = obj()
+        except Exception as err:  # a plug-in's constructor may raise anything: one line
+            raise PluginError(f"plug-in vakpipe.rule_sets:{name} could not be made: "
+                              f"{type(err).__name__}: {err}") from err
+    missing = [m for m in _RULE_SET_MEMBERS if not hasattr(obj, m)]
+    if missing:
+        raise PluginError(f"plug-in vakpipe.rule_sets:{name} is not a rule set: it has no "
+                          + ", ".join(missing))
+    if obj.name != name:
+        # The name is written into every requests row and the nightly's fingerprint:
+        # the one asked for and the one recorded must be the same.
+        raise PluginError(f"plug-in vakpipe.rule_sets:{name} calls itself {obj.name!r}: "
+                          "its name must be the entry point's")
+    rules: RuleSet = obj
+    return rules
+
+
+def rule_set_names() -> list[str]:
+    """The built-in rule sets, then the installed plug-ins' (``vakpipe.rule_sets``)."""
+    return [*RULE_SETS, *(p.name for p in plugins.installed("rule_sets")
+                          if p.name not in RULE_SETS)]
+
 
 def get_rule_set(name: str) -> RuleSet:
-    """The rule set called ``name`` (``v1``, ``v1-terse-cards``)."""
-    try:
+    """The rule set called ``name``: a built-in one (``v1``, ``v1-terse-cards``), else an
+    installed plug-in's (entry point group ``vakpipe.rule_sets``).
+
+    Raises
+    ------
+    ValueError
+        No rule set has that name (:class:`~pipeline.errors.PluginError`, a ValueError,
+        when the plug-in of that name does not load or is not a rule set).
+    """
+    if name in RULE_SETS:
         return RULE_SETS[name]
-    except KeyError:
-        raise ValueError(f"unknown projection rule set {name!r}; known: {sorted(RULE_SETS)}") \
-            from None
+    if plugins.find("rule_sets", name) is not None:
+        return _plugin_rule_set(name)
+    raise ValueError(f"unknown projection rule set {name!r}; known: {rule_set_names()}")

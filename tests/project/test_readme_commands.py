@@ -50,6 +50,9 @@ NOT_RUN: dict[str, str] = {
     "make demo": "its recipe (`vakpipe demo`, read from the Makefile) runs once in the "
                  "clone before every case; creating .venv again would take minutes",
     "make test": "it is the suite this test is part of",
+    "vakpipe export otel ./reports --endpoint http://127.0.0.1:4318 --header x-api-key=YOUR_KEY":
+        "it needs an OTLP collector listening there; tests/integration/test_otel_export.py "
+        "sends to a local receiver instead",
 }
 
 #: README placeholder -> what it stands for here (filled in by the ``world`` fixture).

@@ -1,0 +1,167 @@
+"""The fleet dashboard job (``vakpipe dashboard``): one HTML page for a nightly output
+(every ``date=`` partition: the trend; the newest: everything else) or for one run.
+
+Thin: the figures and the page are :mod:`pipeline.costs.dashboard`; this module finds the
+nights, reads their tables through :func:`pipeline.io.commit.read_dataset`, writes the
+page and prints where it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import click
+import pyarrow as pa
+
+from pipeline.costs.dashboard import (
+    DashboardPage,
+    Night,
+    cost_by_project_day,
+    night_of,
+    packet_savings,
+    render_dashboard,
+    saturation_by_model,
+    top_waste,
+)
+from pipeline.costs.pricing import load_prices
+from pipeline.costs.report import price_usage, unknown_lines
+from pipeline.errors import UsageError
+from pipeline.io.commit import read_dataset, read_manifest
+from pipeline.io.files import write_file
+from pipeline.io.storage import Location, storage_error, storage_errors
+from pipeline.tables.partial import InputRun
+
+#: A nightly partition's folder name.
+PARTITION = re.compile(r"date=(\d{4}-\d\d-\d\d)\Z")
+#: The page's name under OUT when no ``--html`` is given.
+DASHBOARD_HTML = "dashboard.html"
+#: The ``--json`` document's schema (docs/dashboard.md).
+SCHEMA = "vakpipe.dashboard/1"
+
+
+@dataclass(frozen=True)
+class DashboardOutcome:
+    """Where the page went and what it shows."""
+
+    path: str
+    nights: list[Night]
+    sessions_needing_packets: int | None
+    tokens_saved: int | None
+    billed_usd: float
+    wasted_usd: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` document."""
+        return {"schema": SCHEMA, "html": self.path,
+                "nights": [{"night": n.label, "sessions": n.sessions, "partial": n.partial,
+                            "findings": n.severities, "codes": n.codes} for n in self.nights],
+                "sessions_needing_packets": self.sessions_needing_packets,
+                "tokens_saved": self.tokens_saved, "billed_usd": self.billed_usd,
+                "wasted_usd": self.wasted_usd}
+
+
+def _optional(loc: Location, manifest: dict[str, Any], dataset: str) -> pa.Table | None:
+    if dataset not in manifest.get("datasets", {}):
+        return None
+    return read_dataset(loc, dataset)
+
+
+def _runs(out: Location) -> list[tuple[str, Location, dict[str, Any]]]:
+    """``(label, location, manifest)`` of the runs shown, oldest first: OUT itself when it
+    is a run, else its committed ``date=`` partitions (a folder without a manifest is a
+    night that did not commit: left out)."""
+    manifest = read_manifest(out)
+    if manifest is not None:
+        run_id = manifest.get("run_id") or "run"
+        return [(str(run_id)[:8] if str(run_id)[:8].isdigit() else str(run_id), out, manifest)]
+    fs = out.filesystem()
+    try:
+        fs.invalidate_cache(out.path)
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(out.path, detail=False)]
+    except FileNotFoundError:
+        names = []
+    runs = []
+    for name in sorted(names):
+        m = PARTITION.match(name)
+        if m is None:
+            continue
+        loc = out.child(name)
+        found = read_manifest(loc)
+        if found is not None:
+            runs.append((m.group(1), loc, found))
+    if not runs:
+        raise UsageError(f"{out.url}: no committed run and no nightly partition (date=…) "
+                         "with one; run `vakpipe audit` or `vakpipe nightly` into it first")
+    return runs
+
+
+def dashboard_job(out: Location, *, html: Location | None = None,
+                  prices: str | None = None) -> DashboardOutcome:
+    """Build and write the dashboard of the run or nightly output under ``out``.
+
+    Parameters
+    ----------
+    out : Location
+        A run's output, or a nightly output (its ``date=`` partitions).
+    html : Location, optional
+        The page's file; default ``OUT/dashboard.html``.
+    prices : str, optional
+        A price file or price-source plug-in (as ``vakpipe cost --prices``).
+
+    Raises
+    ------
+    UsageError
+        Nothing committed under ``out``.
+    """
+    try:
+        runs = _runs(out)
+        nights = []
+        for label, loc, manifest in runs:
+            nights.append(night_of(label, read_dataset(loc, "integrity/sessions"),
+                                   read_dataset(loc, "integrity/findings"),
+                                   partial=InputRun.of(loc.url, manifest).partial))
+        _, newest, manifest = runs[-1]
+        sessions = read_dataset(newest, "integrity/sessions")
+        usage = _optional(newest, manifest, "usage")
+        requests = _optional(newest, manifest, "requests")
+        compaction = _optional(newest, manifest, "compaction")
+    except storage_errors() as err:
+        raise storage_error(err, out.url) from err
+    table = load_prices(prices)
+    cost, waste, unpriced, billed, wasted = [], [], [], 0.0, 0.0
+    if usage is not None:
+        cost = cost_by_project_day(usage, sessions, table)
+        waste = top_waste(usage, table)
+        totals = price_usage(usage, table)
+        unpriced = unknown_lines(totals.unknown)
+        billed, wasted = float(totals.totals["billed"].total), \
+            float(totals.totals["wasted"].total)
+    packets = packet_savings(compaction) if compaction is not None else None
+    page = DashboardPage(
+        source=out.url, run_id=manifest.get("run_id"), nights=nights, cost=cost,
+        top_waste=waste,
+        saturation=saturation_by_model(requests) if requests is not None else None,
+        packets=packets, prices=f"prices: {table.source}", unpriced=unpriced)
+    dest = html or out.child(DASHBOARD_HTML)
+    write_file(dest, render_dashboard(page).encode("utf-8"))
+    return DashboardOutcome(dest.url, nights, packets.sessions if packets else None,
+                            packets.tokens_saved if packets else None, billed, wasted)
+
+
+def print_dashboard(outcome: DashboardOutcome, *, as_json: bool = False) -> None:
+    """Where the page is, and its headline figures (or the ``--json`` document)."""
+    if as_json:
+        click.echo(json.dumps(outcome.as_dict(), indent=2))
+        return
+    last = outcome.nights[-1]
+    findings = sum(last.severities.values())
+    packets = ("" if outcome.sessions_needing_packets is None else
+               f"; {outcome.sessions_needing_packets:,} sessions need packets "
+               f"({outcome.tokens_saved:,} tokens saved)")
+    click.echo(f"dashboard: {len(outcome.nights):,} night(s), newest {last.label}: "
+               f"{last.sessions:,} sessions, {findings:,} findings; billed "
+               f"${outcome.billed_usd:,.2f}, wasted ${outcome.wasted_usd:,.2f}{packets}")
+    click.echo(f"  page: {outcome.path}")

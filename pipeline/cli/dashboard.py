@@ -1,0 +1,32 @@
+"""``vakpipe dashboard``: the fleet dashboard of a nightly output or a run, one HTML page."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.argument("out")
+@click.option("--html", "html_path", default=None, metavar="FILE",
+              help="Where the page goes (any fsspec URL); default OUT/dashboard.html.")
+@click.option("--prices", default=None, metavar="FILE|PLUGIN",
+              help="A price file, or an installed price-source plug-in.")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="fsspec storage option (repeatable).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON document (vakpipe.dashboard/1) instead of the lines.")
+def dashboard(out: str, html_path: str | None, prices: str | None,
+              storage_options: tuple[str, ...], as_json: bool) -> None:
+    """Write the fleet dashboard of OUT: a nightly output (one point per date=
+    partition) or one run's output. One self-contained page (opens offline):
+    integrity findings per night, history breaks, sessions needing packets and the
+    tokens they would save, window saturation by model, cost billed / effective / wasted
+    by project and day, the top sessions by waste."""
+    from jobs.dashboard import dashboard_job, print_dashboard
+    from pipeline.io.storage import parse_storage_options, resolve
+
+    options = parse_storage_options(storage_options)
+    outcome = dashboard_job(
+        resolve(out, options),
+        html=resolve(html_path, options) if html_path is not None else None, prices=prices)
+    print_dashboard(outcome, as_json=as_json)

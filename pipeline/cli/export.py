@@ -1,0 +1,68 @@
+"""``vakpipe export``: a run's tables in other tools' formats (``otel``: OpenTelemetry)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import click
+
+from pipeline.errors import UsageError
+
+
+@click.group()
+def export() -> None:
+    """Export a run's tables in other tools' formats."""
+
+
+def _header(pairs: tuple[str, ...]) -> dict[str, str] | None:
+    headers = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--header wants KEY=VALUE, got {key.strip()!r}…")
+        headers[key.strip()] = value
+    return headers or None
+
+
+@export.command()
+@click.argument("out")
+@click.option("--endpoint", default=None, metavar="URL",
+              help="OTLP/HTTP collector: its base URL (http://127.0.0.1:4318; /v1/traces is "
+                   "added) or its traces URL.")
+@click.option("--file", "file_", default=None, metavar="PATH",
+              help="Write the spans instead: OTLP JSON, or Parquet when PATH ends .parquet.")
+@click.option("--header", "headers", multiple=True, metavar="KEY=VALUE",
+              help="A request header for the endpoint (repeatable; default: the SDK's "
+                   "OTEL_EXPORTER_OTLP_HEADERS). Never printed.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Seconds per OTLP request, retries included.")
+@click.option("--since", type=click.DateTime(["%Y-%m-%d"]), default=None,
+              help="First day exported (UTC).")
+@click.option("--until", type=click.DateTime(["%Y-%m-%d"]), default=None,
+              help="Last day exported (UTC).")
+@click.option("--prices", default=None, metavar="FILE|PLUGIN",
+              help="A price file, or an installed price-source plug-in.")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="fsspec storage option (repeatable).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON document (vakpipe.export-otel/1) instead of the line.")
+def otel(out: str, endpoint: str | None, file_: str | None, headers: tuple[str, ...],
+         timeout: float, since: datetime | None, until: datetime | None, prices: str | None,
+         storage_options: tuple[str, ...], as_json: bool) -> None:
+    """Export the usage of the run under OUT as OpenTelemetry GenAI spans: one span per
+    billed model request, with the gen_ai.usage.* attributes (input tokens inclusive of
+    cache) and vakpipe's own vakpipe.cost.* and cache-write split (non-standard).
+
+    Exit 2 when the endpoint does not take them (one line; the spans of earlier
+    requests were delivered)."""
+    from jobs.export_otel import export_otel, print_export
+    from pipeline.io.storage import parse_storage_options, resolve
+
+    options = parse_storage_options(storage_options)
+    result = export_otel(
+        resolve(out, options), endpoint=endpoint,
+        dest=resolve(file_, options) if file_ is not None else None,
+        headers=_header(headers), timeout=timeout,
+        since=since.date() if since else None, until=until.date() if until else None,
+        prices=prices)
+    print_export(result, as_json=as_json)

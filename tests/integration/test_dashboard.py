@@ -1,0 +1,117 @@
+"""``vakpipe dashboard``: the fleet dashboard of a nightly output, read in a real browser.
+
+A small generated fleet (with injected faults) is audited on three nights by ``vakpipe
+nightly``; between the first two one ledger is cut short and another deleted (history
+breaks); the newest night plans compaction packets under a small what-if window. The
+page is written through the installed ``vakpipe`` script, then loaded from disk by
+headless Chromium (offline: a proxy that refuses everything) as the cost report's test
+does: every chart drawn by the inlined plotly.js, no console line, a screenshot kept under
+``tmp_path`` and copied to ``.pytest_cache/screenshots/dashboard.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.io.storage import resolve
+from pipeline.synth.fleet import write_fleet
+from tests.helpers.storage import vakpipe_exe
+from tests.integration.test_report_browser import SCREENSHOTS, WIDTH, Charts, browse, png_size
+
+
+def vakpipe(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([vakpipe_exe(), *args], capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+@pytest.fixture(scope="module")
+def nightly(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("dash-fleet")
+    write_fleet(resolve(str(root)), sessions=10, seed=3, size_scale=0.5, faults=True)
+    out = tmp_path_factory.mktemp("dash-nightly")
+    common = ["--workers", "0", "--no-progress"]
+    done = vakpipe("nightly", str(root), "--out", str(out), "--date", "2026-12-01", *common)
+    assert done.returncode == 0, done.stderr
+    ledgers = sorted(root.rglob("*.jsonl"))
+    cut, gone = ledgers[0], ledgers[1]
+    cut.write_bytes(cut.read_bytes()[:1500])  # a verified history cut short
+    gone.unlink()  # and one that went missing
+    for day, extra in (("2026-12-02", []), ("2026-12-03", ["--compaction", "--window", "9000"])):
+        done = vakpipe("nightly", str(root), "--out", str(out), "--date", day, *common, *extra)
+        assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def page(nightly: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    dest = tmp_path_factory.mktemp("dash-page") / "fleet.html"
+    done = vakpipe("dashboard", str(nightly), "--html", str(dest), "--json")
+    assert done.returncode == 0, done.stderr
+    return dest, json.loads(done.stdout)
+
+
+def test_the_json_names_every_night_and_the_history_breaks(page: tuple[Path, dict]) -> None:
+    dest, doc = page
+    assert doc["schema"] == "vakpipe.dashboard/1" and doc["html"] == str(dest)
+    nights = {n["night"]: n for n in doc["nights"]}
+    assert list(nights) == ["2026-12-01", "2026-12-02", "2026-12-03"]
+    assert nights["2026-12-02"]["codes"].get("history_truncated", 0) >= 1
+    assert nights["2026-12-02"]["codes"].get("session_missing", 0) == 1
+    assert nights["2026-12-03"]["codes"].get("session_missing", 0) == 1
+    assert doc["sessions_needing_packets"] > 0 and doc["tokens_saved"] > 0
+    assert doc["billed_usd"] > 0
+
+
+def test_the_page_has_every_section_with_its_numbers(page: tuple[Path, dict]) -> None:
+    dest, doc = page
+    text = dest.read_text()
+    for section in ("findings", "history", "packets", "saturation", "cost", "waste"):
+        assert f"<h2 id={section}>" in text
+    said = re.search(r"<b>([\d,]+)</b> sessions need packets", text)
+    assert said is not None and int(said.group(1)) == doc["sessions_needing_packets"]
+    assert f"{doc['tokens_saved']:,} tokens saved" in text
+    # every chart has a table of its numbers after it
+    assert text.count('class="plotly-graph-div"') >= 6
+    assert text.count("<table>") >= text.count('class="plotly-graph-div"')
+    assert "cdn.plot.ly" not in text.replace("https://cdn.plot.ly", "")  # no fetched script
+
+
+def test_the_dashboard_renders_offline_in_chromium(page: tuple[Path, dict],
+                                                   tmp_path: Path) -> None:
+    dest, _ = page
+    done = browse(dest, tmp_path / "profile-dom", "--enable-logging=stderr", "--v=0",
+                  "--virtual-time-budget=15000", "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    parsed = Charts()
+    parsed.feed(done.stdout)
+    assert len(parsed.charts) >= 6, parsed.charts
+    assert all(parsed.charts.values()), f"charts plotly.js did not draw: {parsed.charts}"
+    console = [ln for ln in done.stderr.splitlines() if ":CONSOLE" in ln]
+    assert console == [], console
+    shot = tmp_path / "dashboard.png"
+    done = browse(dest, tmp_path / "profile-shot", f"--screenshot={shot}")
+    assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
+    assert png_size(shot)[0] == WIDTH
+    assert shot.stat().st_size > 50_000
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, SCREENSHOTS / "dashboard.png")
+
+
+def test_one_run_and_the_default_place(nightly: Path, tmp_path: Path) -> None:
+    run_out = nightly / "date=2026-12-03"
+    done = vakpipe("dashboard", str(run_out))
+    assert done.returncode == 0, done.stderr
+    assert (run_out / "dashboard.html").exists()
+    assert "1 night(s), newest 20" in done.stdout  # the run's id (its UTC date) labels it
+    # nothing committed there: one line, exit 2
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = vakpipe("dashboard", str(empty))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "no committed run" in done.stderr
