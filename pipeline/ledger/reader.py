@@ -183,10 +183,11 @@ class LazyEntry(Entry):
     __slots__ = ()
 
     @property
-    def data(self) -> dict[str, Any]:  # type: ignore[override]
+    def data(self) -> dict[str, Any]:
         """The whole parsed object (parsed on the first read)."""
-        payload: _Payload = tuple.__getitem__(self, 8)
-        return payload.data if payload.data is not None else payload.value()
+        payload: Any = tuple.__getitem__(self, 8)
+        data: dict[str, Any] | None = payload.data
+        return data if data is not None else payload.value()
 
 
 def audit_view(entry: Entry) -> dict[str, Any]:
