@@ -43,6 +43,10 @@ _BOM = b"\xef\xbb\xbf"
 _Object = simdjson.Object
 _Array = simdjson.Array
 _parser = simdjson.Parser()
+#: A parser keeps the buffers of the longest line it has read for the next ones: lines
+#: longer than this get a parser of their own, freed with the line, so that one huge
+#: line does not leave a worker holding several times its size.
+_REUSE_BYTES = 1 << 20
 #: Envelope keys read as "absent" when missing, present when null (spec section 2).
 _ABSENT: Any = object()
 
@@ -130,7 +134,7 @@ def scan(body: bytes) -> tuple[Any, ...] | None:
     if body[:3] == _BOM:
         return None
     try:
-        obj = _parser.parse(body)
+        obj = (_parser if len(body) <= _REUSE_BYTES else simdjson.Parser()).parse(body)
     except (ValueError, RuntimeError):
         # Refused (or a number simdjson cannot hold): orjson decides, and says why.
         return None
