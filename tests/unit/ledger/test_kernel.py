@@ -102,10 +102,12 @@ HOSTILE = [
     line(USER)[:-1] + b',"d":' + b"[" * 1000 + b"]" * 1000 + b"}",
     line(USER)[:-1] + b',"d":' + b"[" * 1030 + b"]" * 1030 + b"}",
     line(USER)[:-1] + b',"d":' + b'{"a":' * 1030 + b"1" + b"}" * 1030 + b"}",
+    *(line(USER)[:-1] + b',"d":' + b"[" * n + b"]" * n + b"}" for n in range(1020, 1028)),
     # syntax: trailing commas, trailing bytes, a byte order mark, whitespace
     line(USER)[:-1] + b",}", line(USER).replace(b'"ok"}]', b'"ok"},]'),
     line(USER) + b" x", line(USER) + b"\x00", b"\xef\xbb\xbf" + line(USER),
-    b" \t" + line(USER) + b" \r", line(USER)[:-20],
+    b" \t" + line(USER) + b" \r", line(USER)[:-20], b"\x0c" + line(USER),
+    line(USER) + b"\x0b", line(USER) + b"\xc2\xa0", line(USER).replace(b",", b" , ", 3),
     # repeated keys: in the envelope, the message, a block, meta; vak's work quirk
     line(USER)[:-1] + b',"id":"other"}', line(USER)[:-1] + b',"kind":"turn_card"}',
     line(USER)[:-1] + b',"ts":"2026-11-07T01:10:56Z"}', line(USER)[:-1] + b',"at_turn":7}',
