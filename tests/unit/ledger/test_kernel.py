@@ -128,6 +128,9 @@ HOSTILE = [
     line({"kind": "message", "message": {"role": "user", "content": [5, None, {"type": 1},
                                                                    {"type": {"a": 1}}]}}),
     b"", b"[]", b"5", b'"x"', b"null", b"{}", b"{", b"}", b"\xff",
+    # over 1 MiB: a parser of its own (freed with the line), valid and damaged
+    line(USER).replace(b"hello", b"x" * (3 << 19)),
+    line(USER).replace(b"hello", b"x" * (3 << 19) + b"\xff"),
 ]
 
 
