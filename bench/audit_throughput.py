@@ -8,7 +8,9 @@ Prints, measured in the same run (machines here are noisy, so only ratios matter
   (targets: 1 worker >= 60% of the floor; 2 workers >= 1.6 x 1 worker);
 * the peak resident memory of the worker that audits one 1 GB session (target < 1 GB);
 * where one worker's time goes: the reader alone and the whole audit of each session
-  run in this process, against the floor measured alongside (CPU seconds).
+  run in this process, against the floor measured alongside (CPU seconds);
+* what the per-line kernel (docs/audit.md, "The per-line kernel") buys: the reader and
+  the whole audit with it and with every line read by orjson, interleaved.
 
 Run: ``.venv/bin/python bench/audit_throughput.py [--mb 500] [--big-mb 1024]``.
 """
@@ -43,6 +45,7 @@ from bench.common import (
 )
 from pipeline.audit.session import audit_session
 from pipeline.io.storage import SessionObject, enumerate_sessions, resolve
+from pipeline.ledger import kernel
 from pipeline.ledger.reader import read_ledger
 from pipeline.run.orchestrate import run_audit
 
@@ -70,6 +73,18 @@ def in_process(sessions: list[SessionObject], whole: bool) -> None:
                 audit_session(obj.key, f)
             else:
                 collections.deque(read_ledger(f), maxlen=0)
+
+
+def without_kernel(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` with every line read by orjson (the kernel's size thresholds out of reach)."""
+    def run() -> object:
+        saved = kernel.MIN_BYTES, kernel.MIN_MESSAGE_BYTES
+        kernel.MIN_BYTES = kernel.MIN_MESSAGE_BYTES = sys.maxsize
+        try:
+            return fn()
+        finally:
+            kernel.MIN_BYTES, kernel.MIN_MESSAGE_BYTES = saved
+    return run
 
 
 def audit_with(root: Path, workers: int, repeat: int = 1,
@@ -121,14 +136,19 @@ def main() -> None:
     # Where one worker's time goes, each stage against a floor measured in the same
     # rounds (CPU seconds: the stages run in this one process).
     sessions = enumerate_sessions(resolve(str(root))).sessions
-    floor_t, reader_t, whole_t = best_of(
+    floor_t, reader_t, whole_t, reader_o, whole_o = best_of(
         args.repeat, lambda: raw_floor(root), lambda: in_process(sessions, whole=False),
-        lambda: in_process(sessions, whole=True))
+        lambda: in_process(sessions, whole=True),
+        without_kernel(lambda: in_process(sessions, whole=False)),
+        without_kernel(lambda: in_process(sessions, whole=True)))
     print("one process, CPU seconds against the floor measured alongside:")
     print(f"  reader alone (parse, envelope, SHA-256, chain): {reader_t.cpu / floor_t.cpu:.2f} x "
           "floor's time")
     print(f"  whole audit of each session:                    {whole_t.cpu / floor_t.cpu:.2f} x "
           f"floor's time (= {floor_t.cpu / whole_t.cpu:.2f} x floor's speed)")
+    print("  the per-line kernel against orjson on every line (time without / with):")
+    print(f"    reader alone: {reader_o.cpu / reader_t.cpu:.2f} x; whole audit: "
+          f"{whole_o.cpu / whole_t.cpu:.2f} x")
 
     big = one_session(BENCH_DIR / f"big-{args.big_mb}", args.big_mb)
     big_size = corpus_bytes(big)

@@ -18,7 +18,7 @@ from pipeline.ledger.entry import USAGE_KEYS, Usage, starts_turn, ts_nanos, usag
 from pipeline.ledger.entry import ZERO_USAGE as _ZERO
 from pipeline.ledger.entry import add_usage as _add
 from pipeline.ledger.layout import SessionKey, cwd_hash
-from pipeline.ledger.reader import Entry, LineStats, read_ledger
+from pipeline.ledger.reader import Entry, LineStats, audit_view, read_ledger
 from pipeline.ledger.redact import quote
 from pipeline.ledger.tree import Node, TreeIndex
 from pipeline.ledger.types import (
@@ -169,7 +169,8 @@ def _node_info(entry: Entry, bad: list[Finding]) -> Any:
     # run only once a value has failed its test.
     kind = entry.kind
     if kind == "message":
-        data = entry.data
+        # Of a message, the kernel's view: the content's blocks are never parsed.
+        data = audit_view(entry)
         message = data.get("message")
         if type(message) is not dict:
             bad.append(_bad_field(entry, "message", message, "an object"))

@@ -24,6 +24,8 @@ from typing import Any, NamedTuple, TypeGuard
 
 import orjson
 
+from pipeline.ledger.kernel import scan as _scan
+from pipeline.ledger.kernel import worth_it as _worth_it
 from pipeline.ledger.redact import bounded, redact
 from pipeline.ledger.types import Code, Finding, OversizeLine
 
@@ -135,6 +137,69 @@ class Entry(NamedTuple):
 
 
 _new_entry = tuple.__new__
+_sha256 = hashlib.sha256
+
+
+class _Payload:
+    """The payload of a :class:`LazyEntry`: its stored bytes until a stage asks for the
+    data (parsed by orjson then, once), and what the audit reads of a message."""
+
+    __slots__ = ("body", "data", "view")
+
+    def __init__(self, body: bytes | None, data: dict[str, Any] | None,
+                 view: dict[str, Any] | None) -> None:
+        self.body, self.data, self.view = body, data, view
+
+    def value(self) -> dict[str, Any]:
+        """The whole payload, parsed on the first call (the bytes are dropped then)."""
+        data = self.data
+        if data is None:
+            data = self.data = orjson.loads(self.body or b"")
+            self.body = None
+        return data
+
+    def __eq__(self, other: object) -> bool:
+        # An entry equals the same entry read without the kernel (tuples compare items).
+        if isinstance(other, _Payload):
+            other = other.value()
+        return self.value() == other
+
+    __hash__ = None  # type: ignore[assignment]  # like the dict it stands for
+
+    def __repr__(self) -> str:
+        return repr(self.value())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _Payload, (self.body, self.data, self.view)
+
+
+class LazyEntry(Entry):
+    """An :class:`Entry` read by the kernel: ``data`` is parsed when first read.
+
+    The audit reads only the envelope and :func:`audit_view`; the replay, the
+    compaction and everything else read ``data`` as from any entry.
+    """
+
+    __slots__ = ()
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The whole parsed object (parsed on the first read)."""
+        payload: Any = tuple.__getitem__(self, 8)
+        data: dict[str, Any] | None = payload.data
+        return data if data is not None else payload.value()
+
+
+def audit_view(entry: Entry) -> dict[str, Any]:
+    """What the audit reads of an entry's payload: its ``data``, or for a message line
+    the kernel read, its ``message`` (``role``; ``content`` blocks cut to their
+    ``type``, an assistant's to none) and ``meta`` (docs/audit.md, "The per-line
+    kernel"). Never parses a message line's content."""
+    payload: Any = tuple.__getitem__(entry, 8)
+    if type(payload) is _Payload:
+        view = payload.view
+        return view if view is not None else payload.value()
+    return payload  # type: ignore[no-any-return]
 
 
 def valid_ts(ts: object) -> TypeGuard[str]:
@@ -196,6 +261,11 @@ def _work_quirk(body: bytes) -> bool:
 def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
     """Parse one stored line (without its newline) into an :class:`Entry`.
 
+    The per-line kernel (:mod:`pipeline.ledger.kernel`) validates the line and reads its
+    envelope without building the payload (the entry is a :class:`LazyEntry`); a line it
+    does not vouch for is read with orjson as a whole, which decides and says why. Either
+    way the verdict, the envelope and the payload are the same (docs/audit.md).
+
     Parameters
     ----------
     body:
@@ -209,6 +279,21 @@ def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
         ``entry`` is ``None`` when the line is not a valid entry, ``reason`` then says
         why; ``duplicate_kind`` is true for vak's ``work`` quirk.
     """
+    found = _scan(body) if _worth_it(body) else None
+    if found is not None:
+        ident, parent, kind, ts, prev, at_turn, view = found
+        # valid_ts inlined: its shape, then the date's cached calendar check
+        if (shape := _TS_MATCH(ts)) is not None and (_DAYS.get(shape[1]) or valid_ts(ts)):
+            digest = _sha256(body).hexdigest()
+            payload = _Payload(body, None, view)
+            return _new_entry(LazyEntry, (line, ident, parent, kind, ts, prev, at_turn, digest,
+                                          payload)), False, ""
+    return parse_entry_orjson(body, line)
+
+
+def parse_entry_orjson(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
+    """:func:`parse_entry` without the kernel: the whole line parsed by orjson (the
+    reference the kernel is tested against, and its fallback)."""
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError as err:
@@ -234,7 +319,7 @@ def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
         and type(ts) is str and (shape := _TS_MATCH(ts)) is not None
         and (_DAYS.get(shape[1]) or valid_ts(ts))
     ):
-        digest = hashlib.sha256(body).hexdigest()
+        digest = _sha256(body).hexdigest()
         # Entry(...) without the Python frame of a named tuple's ``__new__``.
         return _new_entry(Entry, (line, ident, parent, kind, ts, prev, at_turn, digest, obj)), \
             False, ""
@@ -382,7 +467,7 @@ def _role_in_doubt(body: bytes, entry: Entry) -> bool:
     at = body.find(_ROLE_KEY)
     if at < 0:
         return False
-    message = entry.data.get("message")
+    message = audit_view(entry).get("message")
     role = message.get("role") if type(message) is dict else None
     wanted = _ROLE_VALUES.get(role) if type(role) is str else None
     return wanted is None or not body.startswith(wanted, at + len(_ROLE_KEY))

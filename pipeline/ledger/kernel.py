@@ -1,0 +1,169 @@
+"""The per-line kernel of the audit: validate a line, read its envelope, leave the
+payload unparsed. Pure.
+
+A line becomes Python objects only as far as the audit reads it (docs/audit.md, "The
+per-line kernel"): simdjson (``pysimdjson``) validates the whole line (UTF-8, escapes,
+numbers, nesting, trailing bytes) into its own tape without building Python objects,
+the envelope and the few fields the audit reads are taken from the tape, and the
+payload stays as the stored bytes, parsed by orjson when a later stage asks for it.
+
+The kernel only ever *accepts*: it answers ``None`` whenever it cannot vouch that the
+orjson reader would accept the line with the same envelope (simdjson refused it, it
+starts with a byte order mark simdjson skips, a key it reads is repeated, a field has an
+unusual type), and the caller then reads the line exactly as before, with orjson, which
+also says why a line is bad. So the kernel can make a line's verdict neither stricter
+nor looser; it only makes the common, valid line cheaper.
+
+Memory: the parser's tape is reused from line to line (simdjson refuses to reuse it
+while an object of the previous document is alive), so nothing this module returns
+holds a simdjson object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import simdjson
+
+__all__ = ["MIN_BYTES", "MIN_MESSAGE_BYTES", "scan", "worth_it"]
+
+#: Lines shorter than this are parsed by orjson whole: simdjson's fixed cost per line
+#: (its proxies, the key list that catches repeated keys) is ~1.8 us, orjson's ~0.3 us,
+#: and simdjson validates ~1.5 GB/s against orjson's ~0.45 GB/s building objects, so
+#: the two cross near 1 KB (measured on the benchmark fleet: docs/audit.md).
+MIN_BYTES = 768
+#: The same for a message line, whose view costs ~1.7 us more (meta, the blocks' types).
+MIN_MESSAGE_BYTES = 4096
+#: Where vak writes the kind: after the envelope (``{"id":…,"parent_id":…,"ts":…,
+#: "prev_hash":…,"at_turn":…,"kind":"…``), within its first few hundred bytes.
+_KIND_AT = b'"kind":"'
+_KIND_WITHIN = 512
+
+_BOM = b"\xef\xbb\xbf"
+_Object = simdjson.Object
+_Array = simdjson.Array
+_parser = simdjson.Parser()
+#: A parser keeps the buffers of the longest line it has read for the next ones: lines
+#: longer than this get a parser of their own, freed with the line, so that one huge
+#: line does not leave a worker holding several times its size.
+_REUSE_BYTES = 1 << 20
+#: Envelope keys read as "absent" when missing, present when null (spec section 2).
+_ABSENT: Any = object()
+
+
+def _message_view(obj: Any, present: set[str]) -> dict[str, Any] | None:
+    """What the audit reads of a message line, as plain objects, or ``None`` when the
+    line is not the common shape (the caller then reads the whole payload).
+
+    ``{"message": {"role": …, "content": blocks}, "meta": …}``: a user message's blocks
+    cut to their ``type`` (a block that is not an object: ``None``; a ``type`` that is
+    not a string: left out), an assistant's to an empty list (only its type is read);
+    ``meta`` whole (small: model, usage, flags), absent when absent.
+    """
+    if "message" not in present:
+        return None
+    message = obj.get("message")
+    if type(message) is not _Object:
+        return None
+    keys = list(message.keys())
+    if len(keys) != len(set(keys)) or "role" not in keys or "content" not in keys:
+        return None
+    role = message.get("role")
+    content = message.get("content")
+    if type(role) is not str or type(content) is not _Array:
+        return None
+    blocks: list[dict[str, Any] | None] = []
+    if role == "user":
+        for block in content:
+            if type(block) is not _Object:
+                blocks.append(None)
+                continue
+            keys = list(block.keys())
+            if len(keys) != len(set(keys)):
+                return None
+            kind = block.get("type") if "type" in keys else None
+            blocks.append({"type": kind} if type(kind) is str else {})
+    view: dict[str, Any] = {"message": {"role": role, "content": blocks}}
+    if "meta" in present:
+        meta = obj.get("meta")
+        if type(meta) is _Object:
+            view["meta"] = meta.as_dict()
+        elif meta is None:
+            view["meta"] = None
+        else:
+            return None
+    return view
+
+
+def worth_it(body: bytes) -> bool:
+    """Whether the kernel is likely to read ``body`` faster than orjson (a guess from
+    its length and the kind it seems to hold; either reader gives the same result).
+
+    Receipts and headers are left to orjson: the audit reads their whole payload.
+    """
+    size = len(body)
+    if size < MIN_BYTES:
+        return False
+    at = body.find(_KIND_AT, 0, _KIND_WITHIN)
+    if at < 0:
+        return True
+    at += len(_KIND_AT)
+    if body.startswith(b'message"', at):
+        return size >= MIN_MESSAGE_BYTES
+    return not body.startswith((b'receipt"', b'header"'), at)
+
+
+def scan(body: bytes) -> tuple[Any, ...] | None:
+    """Validate one stored line and read its envelope, or ``None`` when the kernel does
+    not vouch for it (the caller reads it with orjson).
+
+    Parameters
+    ----------
+    body:
+        The line's stored bytes without the newline.
+
+    Returns
+    -------
+    tuple | None
+        ``(id, parent_id, kind, ts, prev_hash, at_turn, view)``: the envelope of a
+        valid vak entry, checked for types and presence only (the caller checks the
+        timestamp); ``view`` what the audit reads of a message (see
+        :func:`_message_view`; else ``None``). Plain Python objects all.
+    """
+    # simdjson skips a leading byte order mark, orjson (and vak's serde) refuse it.
+    if body[:3] == _BOM:
+        return None
+    try:
+        obj = (_parser if len(body) <= _REUSE_BYTES else simdjson.Parser()).parse(body)
+    except (ValueError, RuntimeError):
+        # Refused (or a number simdjson cannot hold): orjson decides, and says why.
+        return None
+    if type(obj) is not _Object:
+        return None
+    # A repeated key: orjson keeps its last value, simdjson's look-up finds the first.
+    keys = list(obj.keys())
+    present = set(keys)
+    if len(keys) != len(present):
+        return None
+    # simdjson's look-up of a missing key costs a raised and caught KeyError (several
+    # times a present one's): optional keys are looked up only when present.
+    get = obj.get
+    ident = get("id") if "id" in present else None
+    parent = get("parent_id") if "parent_id" in present else _ABSENT
+    kind = get("kind") if "kind" in present else None
+    prev = get("prev_hash") if "prev_hash" in present else None
+    at_turn = get("at_turn") if "at_turn" in present else None
+    ts = get("ts") if "ts" in present else None
+    # Optional fields are omitted when absent, never null: a null one is refused by the
+    # orjson reader's checks, which then say why.
+    if not (
+        type(ident) is str and ident
+        and (parent is None or type(parent) is str)
+        and type(kind) is str and kind
+        and (type(prev) is str or (prev is None and "prev_hash" not in present))
+        and (type(at_turn) is str or (at_turn is None and "at_turn" not in present))
+        and type(ts) is str
+    ):
+        return None
+    view = _message_view(obj, present) if kind == "message" else None
+    return ident, parent, kind, ts, prev, at_turn, view
