@@ -133,8 +133,7 @@ SIGKILLs itself when it starts auditing the session named by VAKPIPE_TEST_POISON
 import os
 import signal
 
-import pipeline.run.batches as partitions
-import pipeline.run.replay_batches as replay_partitions
+import pipeline.run.batches as batches
 
 POISON = os.environ["VAKPIPE_TEST_POISON"]
 
@@ -147,8 +146,8 @@ def poisoned(audit_session):
     return audit
 
 
-partitions.audit_session = poisoned(partitions.audit_session)
-replay_partitions.audit_session = poisoned(replay_partitions.audit_session)
+# The one per-object pipeline (read_object) audits for the audit and the replay tasks.
+batches.audit_session = poisoned(batches.audit_session)
 '''
 
 

@@ -1,4 +1,4 @@
-"""The replay's second pass over a spooled ledger (replay_partitions.active_entries):
+"""The replay's second pass over a spooled ledger (replay_batches.active_entries):
 the active chain's entries as the reader gives them, whatever damage the ledger holds."""
 
 from __future__ import annotations
