@@ -7,6 +7,8 @@ function here would only pass its arguments through.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from pipeline.io.storage import printable
@@ -41,3 +43,15 @@ def print_summary(summary: RunSummary) -> None:
         for path in shown:
             echo(f"    {printable(path, 160)}")
     echo(f"  tables: {summary.out}/integrity/sessions, {summary.out}/integrity/findings")
+
+
+def summary_json(summary: RunSummary) -> dict[str, Any]:
+    """A run's summary as JSON values (the body of ``vakpipe.audit/1``,
+    docs/json-output.md): the manifest's summary (:meth:`RunSummary.as_dict`: keys
+    escaped as the manifest escapes them), the run's id and output, and findings by
+    severity and code."""
+    by_severity: dict[str, dict[str, int]] = {}
+    for (severity, code), n in sorted(summary.severity_codes.items()):
+        by_severity.setdefault(severity, {})[code] = n
+    return {"run_id": summary.run_id, "out": summary.out, **summary.as_dict(),
+            "findings_by_severity": by_severity}

@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.costs.periods import PERIOD_COLUMNS, PROJECT_COLUMN, with_periods, with_projects
 from pipeline.costs.pricing import Cost, Price, PriceTable, TokenUsage, price
 from pipeline.errors import UsageError
 from pipeline.ledger.text import spreadsheet_safe, terminal_safe
@@ -30,6 +31,9 @@ from pipeline.ledger.text import spreadsheet_safe, terminal_safe
 #: ``--by`` names -> the ``usage`` columns they group on.
 GROUP_KEYS: dict[str, tuple[str, ...]] = {
     "day": ("day",),
+    "week": ("week",),
+    "month": ("month",),
+    "project": ("project",),
     "agent": ("agent",),
     "model": ("model",),
     "provider": ("provider",),
@@ -62,7 +66,7 @@ _VALUE_FIELDS = [
     ("unknown_model", pa.bool_()),
     ("unknown_tokens", pa.int64()),
 ]
-_KEY_TYPES = {"day": pa.date32()}
+_KEY_TYPES = {"day": pa.date32(), "week": pa.date32()}
 _NAMES = ("provider", "model")  # null in the usage table, "" while grouping
 
 
@@ -230,6 +234,10 @@ def _prepared(usage: pa.Table) -> pa.Table:
     """The billed rows, with null provider/model as ``""`` (so they group and compare), a
     ``category`` column, and a subagent's usage under its parent session's path."""
     usage = with_added_columns(usage)
+    if not all(c in usage.column_names for c in PERIOD_COLUMNS):
+        usage = with_periods(usage)  # UTC weeks and months, as the audit's days
+    if PROJECT_COLUMN not in usage.column_names:
+        usage = with_projects(usage, None)
     usage = usage.set_column(
         usage.schema.get_field_index("session_path"), "session_path",
         pc.coalesce(usage["parent_session_path"], usage["session_path"]))
