@@ -25,6 +25,7 @@ from pipeline.io.storage import (
     storage_errors,
 )
 from pipeline.ledger.layout import SessionKey, parse_session_path
+from pipeline.ledger.redact import redact
 from pipeline.replay.projection import get_rule_set
 from pipeline.replay.scopes import parse_scope
 from pipeline.replay.show import (
@@ -91,7 +92,8 @@ def session_object(url: str, storage_options: dict[str, Any] | None = None
 
 
 def show_job(url: str, scope: str, options: ReplayOptions, *,
-             storage_options: dict[str, Any] | None = None, full: bool = False) -> str:
+             storage_options: dict[str, Any] | None = None, full: bool = False,
+             record: dict[str, Any] | None = None) -> str:
     """Audit and replay the ledger at ``url``; render its request at ``scope``.
 
     The object is read once, as a run reads it: through the line limit of ``options``
@@ -100,6 +102,10 @@ def show_job(url: str, scope: str, options: ReplayOptions, *,
     disk). The batch replay (which gives the request's row, so ``show`` prints what the
     ``requests`` table holds) and the rendering pass (which stops at the request) read
     the spool through the same limit.
+
+    ``record``, when given, gets the request's ``requests`` row (``request``; its texts
+    redacted as the table's are) and the session's source, id, model and status
+    (``session``): what ``vakpipe show --json`` prints beside the text.
 
     Returns
     -------
@@ -117,6 +123,12 @@ def show_job(url: str, scope: str, options: ReplayOptions, *,
         except storage_errors() as err:
             raise storage_error(err, url) from err
         row = find_request(replay_spooled(obj, audit, spool, options).requests, scope, url)
+        if record is not None:
+            record["request"] = {k: redact(v) if isinstance(v, str) else v
+                                 for k, v in row.items()}
+            record["session"] = {k: audit.row.get(k) for k in
+                                 ("session_id", "source", "agent", "model", "provider",
+                                  "status")}
         if audit.row.get("source", VAK) != VAK:
             # Another agent's transcript: nothing to rebuild, what it holds is printed.
             return format_reported_request(row, active_entries(spool, audit, limit),
