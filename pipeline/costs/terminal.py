@@ -98,8 +98,9 @@ def cost_table(rows: Sequence[Mapping[str, Any]], by: Sequence[str], *,
         if breakdown is not None:
             for m in sorted(by_group.get(tuple(r.get(k) for k in keys), []),
                             key=lambda x: -(x.get("billed_usd") or 0)):
+                # In the last key column (the widest, often), under the group's value.
                 name = BRANCH + _key_text(m.get("model"))
-                lines.append([name, *blank[1:], *(fmt(m.get(col)) for _, col, fmt in _FIGURES),
+                lines.append([*blank[:-1], name, *(fmt(m.get(col)) for _, col, fmt in _FIGURES),
                               *([""] if mark_column else [])])
     total = ["total", *blank[1:], *(fmt(_sum(rows, col)) for _, col, fmt in _FIGURES),
              *([""] if mark_column else [])]
