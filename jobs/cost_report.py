@@ -315,7 +315,8 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
     usage, requests, compaction, source = _read(out)
     run_id = source.run_id
     usage, copies = drop_copies(usage)
-    usage = with_periods(usage, timezone)
+    if timezone is not None or {"week", "month"} & set(by):  # else the audit's UTC days
+        usage = with_periods(usage, timezone)
     if "project" in by or any(b.project is not None for b in budgets):
         sessions = _optional(out, "integrity/sessions")
         usage = with_projects(usage, sessions)

@@ -230,13 +230,15 @@ def drop_copies(usage: pa.Table) -> tuple[pa.Table, int]:
     return usage.take(kept), dropped
 
 
-def _prepared(usage: pa.Table) -> pa.Table:
+def _prepared(usage: pa.Table, keys: Sequence[str] = ()) -> pa.Table:
     """The billed rows, with null provider/model as ``""`` (so they group and compare), a
     ``category`` column, and a subagent's usage under its parent session's path."""
     usage = with_added_columns(usage)
-    if not all(c in usage.column_names for c in PERIOD_COLUMNS):
-        usage = with_periods(usage)  # UTC weeks and months, as the audit's days
-    if PROJECT_COLUMN not in usage.column_names:
+    # Weeks and months (UTC, as the audit's days) and projects only when grouped on and
+    # not added by the caller (cost_job adds them on --timezone's clock, with projects).
+    if any(c in keys and c not in usage.column_names for c in PERIOD_COLUMNS):
+        usage = with_periods(usage)
+    if PROJECT_COLUMN in keys and PROJECT_COLUMN not in usage.column_names:
         usage = with_projects(usage, None)
     usage = usage.set_column(
         usage.schema.get_field_index("session_path"), "session_path",
@@ -269,7 +271,7 @@ def price_usage(usage: pa.Table, prices: PriceTable, by: Sequence[str] = ()) -> 
         largest token volume first.
     """
     keys = key_columns(by)
-    billed = _prepared(usage)
+    billed = _prepared(usage, keys)
     rules = _Rules(prices)
     billed = billed.append_column("over", _over_tier(billed, rules))
     bucket_keys = list(dict.fromkeys([*keys, "provider", "model", "over", "category"]))
