@@ -384,15 +384,21 @@ def _partial_banner(page: CostPage) -> str:
             "the sessions that were not read.</div>")
 
 
+def _budget_banner(page: CostPage) -> str:
+    """A banner at the top naming every budget period over its limit (or nothing)."""
+    breaches = [s for s in page.budgets if s.breached]
+    if not breaches:
+        return ""
+    return ("<div class=breach id=budget-breach role=alert><b>BUDGET LIMIT EXCEEDED:</b>"
+            "<ul>" + "".join(f"<li>{html.escape(s.line())}</li>" for s in breaches)
+            + "</ul>See <a href='#budgets'>Budgets</a>.</div>")
+
+
 def _budgets(page: CostPage) -> str:
     """The budgets against their spend, a row per budget and period, those over a level
-    coloured; a banner naming every limit breach."""
+    coloured."""
     if not page.budgets:
         return ""
-    breaches = [s for s in page.budgets if s.breached]
-    banner = ("<div class=breach id=budget-breach role=alert><b>BUDGET LIMIT EXCEEDED:</b>"
-              "<ul>" + "".join(f"<li>{html.escape(s.line())}</li>" for s in breaches)
-              + "</ul></div>" if breaches else "")
     rows = [{"budget": s.budget.name, "period": s.period, "project": s.budget.project,
              "agent": s.budget.agent, "spent_usd": s.spend, "warn_usd": s.budget.warn,
              "limit_usd": s.budget.limit, "projected_usd": s.projected,
@@ -400,8 +406,9 @@ def _budgets(page: CostPage) -> str:
              "projected_status": s.projected_level.value} for s in page.budgets]
     columns = ["budget", "period", "project", "agent", "spent_usd", "warn_usd", "limit_usd",
                "projected_usd", "running", "status", "projected_status"]
-    return (banner + "<h2 id=budgets>Budgets</h2>"
-            + _table(rows, columns, classes=[_ROW_CLASS[s.level] for s in page.budgets]))
+    return ("<h2 id=budgets>Budgets</h2>"
+            + _table(rows, columns, full=True,
+                     classes=[_ROW_CLASS[s.level] for s in page.budgets]))
 
 
 def render(page: CostPage) -> str:
@@ -451,7 +458,8 @@ def render(page: CostPage) -> str:
     return "".join([
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         "<title>vakpipe cost report</title>", f"<style>{_CSS}</style></head><body>",
-        "<h1>vakpipe cost report</h1>", _partial_banner(page), f"<p class=note>{meta}</p>",
+        "<h1>vakpipe cost report</h1>", _partial_banner(page), _budget_banner(page),
+        f"<p class=note>{meta}</p>",
         warn,
         "<h2 id=totals>Totals</h2>", _totals(page.totals), _budgets(page),
         "<h2 id=daily>Daily cost by model</h2>", _daily_by_model(page.daily_by_model, charts),
