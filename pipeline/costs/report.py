@@ -3,7 +3,8 @@ effective and wasted US dollars. Pure (pyarrow only).
 
 The audit flags every usage record (``pipeline.audit.session``: billed, effective, waste); this
 module prices the billed ones with :mod:`pipeline.costs.pricing` and sums them by any of day,
-agent, model, provider and session. The rules are in ``docs/cost-rules.md``.
+week, month, project (:mod:`pipeline.costs.periods`), agent, model, provider and session.
+The rules are in ``docs/cost-rules.md``.
 
 A long-context tier is decided per request, so rows are never priced on sums across
 requests: each row is first marked over or under its model's tier threshold (vectorised),
