@@ -5,6 +5,8 @@ print it too).
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from pipeline.io.storage import MAX_LINE_BYTES, Location, printable
@@ -61,3 +63,15 @@ def print_replay_summary(summary: RunSummary) -> None:
     """Print a replay run's summary: the audit's, and where the replay tables are."""
     print_summary(summary)
     click.echo(f"  replay: {summary.out}/turns, {summary.out}/requests")
+
+
+def summary_json(summary: RunSummary) -> dict[str, Any]:
+    """A run's summary as JSON values (the body of ``vakpipe.audit/1``,
+    docs/json-output.md): the manifest's summary (:meth:`RunSummary.as_dict`: keys
+    escaped as the manifest escapes them), the run's id and output, and findings by
+    severity and code."""
+    by_severity: dict[str, dict[str, int]] = {}
+    for (severity, code), n in sorted(summary.severity_codes.items()):
+        by_severity.setdefault(severity, {})[code] = n
+    return {"run_id": summary.run_id, "out": summary.out, **summary.as_dict(),
+            "findings_by_severity": by_severity}

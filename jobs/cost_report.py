@@ -21,7 +21,15 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from pipeline.costs.budgets import (
+    Budget,
+    BudgetStatus,
+    evaluate,
+    load_budgets,
+    window_periods,
+)
 from pipeline.costs.html import CostPage, hint_counts, packet_summary, render, saturation_bins
+from pipeline.costs.periods import day_range, with_periods, with_projects
 from pipeline.costs.pricing import LayeredPriceTable, load_prices
 from pipeline.costs.report import (
     CostReport,
@@ -31,6 +39,7 @@ from pipeline.costs.report import (
     spreadsheet_table,
     unknown_lines,
 )
+from pipeline.costs.terminal import budget_table, cost_table
 from pipeline.errors import PipelineError, UsageError
 from pipeline.io.commit import (
     MANIFEST,
@@ -68,11 +77,27 @@ class CostOutcome:
     input: InputRun | None = None
     #: A --since/--until window holding no usage: the line saying which days the run has.
     empty_window: str | None = None
+    #: The ``--by`` names, the window and the clock of the days (``None``: UTC).
+    by: tuple[str, ...] = ()
+    since: date | None = None
+    until: date | None = None
+    timezone: str | None = None
+    #: The first and last day of the priced run's usage (the window's, if it has any).
+    data_days: tuple[date | None, date | None] = (None, None)
+    #: ``--breakdown``: the same usage grouped by ``by`` and ``model``.
+    breakdown: CostReport | None = None
+    #: ``--budgets``: each budget in each period of the window.
+    budgets: tuple[BudgetStatus, ...] = ()
 
     @property
     def partial(self) -> bool:
         """Whether the priced run is partial."""
         return self.input is not None and self.input.partial
+
+    @property
+    def breaches(self) -> tuple[BudgetStatus, ...]:
+        """The budget periods whose spend is over their limit."""
+        return tuple(s for s in self.budgets if s.breached)
 
 
 def _optional(out: Location, dataset: str) -> pa.Table | None:
@@ -224,9 +249,33 @@ def unpriced_failure(outcome: CostOutcome) -> str | None:
             "(add a rule in a --prices file)")
 
 
+def read_budget_file(path: str, storage_options: dict[str, Any] | None = None
+                     ) -> tuple[Budget, ...]:
+    """The budgets of the TOML file at ``path`` (any fsspec URL).
+
+    Raises
+    ------
+    UsageError
+        The file cannot be read.
+    BudgetFileError
+        It is no budget file (:func:`pipeline.costs.budgets.load_budgets`).
+    """
+    from pipeline.io.storage import resolve
+
+    where = resolve(path, dict(storage_options or {}))
+    failures: tuple[type[BaseException], ...] = (*storage_errors(), IsADirectoryError)
+    try:
+        data = where.filesystem().cat_file(where.path)
+    except failures as err:
+        raise UsageError(f"--budgets {path}: cannot read it ({type(err).__name__})") from err
+    return load_budgets(data, f"--budgets {path}")
+
+
 def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
              until: date | None = None, prices_path: str | None = None,
-             report_dir: Location | None = None) -> CostOutcome:
+             report_dir: Location | None = None, timezone: str | None = None,
+             breakdown: bool = False, budgets: Sequence[Budget] = (),
+             as_of: datetime | None = None) -> CostOutcome:
     """Price the ``usage`` table of the run committed under ``out`` and write the report.
 
     Parameters
@@ -236,11 +285,19 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
     by : sequence of str
         Grouping keys of the cost table (:data:`pipeline.costs.report.GROUP_KEYS`).
     since, until : date or None
-        Only days in [since, until] (UTC days of the records' ``ts``).
+        Only days in [since, until] (days of the records' ``ts`` on ``timezone``'s clock).
     prices_path : str or None
         A price file whose rules come before the shipped ones.
     report_dir : Location or None
         Where to write; default ``OUT/cost``.
+    timezone : str or None
+        The IANA zone whose days, weeks and months group the records (default UTC).
+    breakdown : bool
+        Also group by ``by`` and ``model`` (the table's per-model rows).
+    budgets : sequence of Budget
+        Budgets to evaluate on the window (:mod:`pipeline.costs.budgets`).
+    as_of : datetime or None
+        The instant whose period is still running, for the projections (default now).
 
     Returns
     -------
@@ -258,6 +315,11 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
     usage, requests, compaction, source = _read(out)
     run_id = source.run_id
     usage, copies = drop_copies(usage)
+    if timezone is not None or {"week", "month"} & set(by):  # else the audit's UTC days
+        usage = with_periods(usage, timezone)
+    if "project" in by or any(b.project is not None for b in budgets):
+        sessions = _optional(out, "integrity/sessions")
+        usage = with_projects(usage, sessions)
     everything = usage
     usage = in_window(usage, since, until)
     empty = (empty_window_line(everything, since, until)
@@ -274,6 +336,15 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
         return priced[keys]
 
     totals, grouped = by_(), by_(*by)
+    # With model among --by, each row is one model already: nothing to break down.
+    split = by_(*by, "model") if breakdown and "model" not in by else None
+    first, last = day_range(usage if usage.num_rows else everything)
+    statuses: tuple[BudgetStatus, ...] = ()
+    if budgets:
+        periods = window_periods(since or day_range(usage)[0], until or day_range(usage)[1])
+        statuses = tuple(evaluate(budgets, by_("day", "project", "agent").table.to_pylist(),
+                                  as_of=as_of or datetime.now(UTC), zone=timezone,
+                                  periods=periods))
     page = CostPage(
         source=out.url, run_id=run_id, window=_window(since, until),
         prices=_prices_text(prices), by=by, totals=totals, grouped=grouped,
@@ -281,7 +352,8 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
         saturation=saturation_bins(requests) if requests is not None else None,
         hints=hint_counts(requests) if requests is not None else None,
         packets=packet_summary(compaction) if compaction is not None else None,
-        partial=source.line() if source.partial else None)
+        partial=source.line() if source.partial else None, budgets=statuses,
+        timezone=timezone)
     prices.save_cache()  # the models priced: the next report need not import genai-prices
     parquet, csv = _table_bytes(grouped.table)
     dest = report_dir or _default_dest(out)
@@ -289,18 +361,37 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
                            REPORT_HTML: render(page).encode()},
                     run_id=run_id, source=out.url, base=out if report_dir is None else dest)
     return CostOutcome(dest.url, tuple(files), run_id, usage.num_rows, totals, grouped, copies,
-                       source, empty)
+                       source, empty, tuple(by), since, until, timezone, (first, last),
+                       split, statuses)
 
 
 def print_cost_summary(outcome: CostOutcome) -> None:
-    """Totals on stdout; one warning line per unpriced model, and one when the run is
-    partial, on stderr."""
+    """The cost table (and the budgets), then the totals, on stdout; one warning line per
+    unpriced model, when the run is partial, and per budget over a level, on stderr."""
     if outcome.input is not None and outcome.input.partial:
         click.echo(f"vakpipe: warning: {outcome.input.line()}", err=True)
     for line in unknown_lines(outcome.grouped.unknown):
         click.echo(f"vakpipe: warning: {line}", err=True)
+    for status in outcome.budgets:
+        if status.level.value != "ok":
+            word = "OVER LIMIT" if status.breached else "over warning level"
+            click.echo(f"vakpipe: warning: {word}: {terminal_safe(status.line())}", err=True)
     if outcome.empty_window is not None:
         click.echo(f"vakpipe: {outcome.empty_window}", err=True)
+    if outcome.grouped.table.num_rows:
+        tz = f", days in {outcome.timezone}" if outcome.timezone else ""
+        click.echo(f"cost by {', '.join(outcome.by) or 'nothing (one total)'}{tz}:")
+        for line in cost_table(outcome.grouped.table.to_pylist(), outcome.by,
+                               breakdown=(outcome.breakdown.table.to_pylist()
+                                          if outcome.breakdown is not None else None),
+                               budgets=outcome.budgets):
+            click.echo(f"  {line}")
+    elif outcome.empty_window is not None:
+        click.echo(outcome.empty_window)  # on stdout too: the table's place is not blank
+    if outcome.budgets:
+        click.echo("budgets:")
+        for line in budget_table(outcome.budgets):
+            click.echo(f"  {line}")
     t = outcome.totals.totals
     click.echo(f"run {outcome.run_id}: {outcome.rows:,} usage records")
     if outcome.copies:
@@ -313,3 +404,48 @@ def print_cost_summary(outcome: CostOutcome) -> None:
     if outcome.grouped.unknown:
         click.echo(f"  NOT PRICED: {len(outcome.grouped.unknown)} unknown model(s), see stderr")
     click.echo(f"  report: {', '.join(outcome.files)}")
+
+
+def budget_failure(outcome: CostOutcome) -> str | None:
+    """The line a limit breach exits with (every budget period over its limit, named),
+    or ``None`` when no budget is over its limit."""
+    breaches = outcome.breaches
+    if not breaches:
+        return None
+    named = "; ".join(terminal_safe(s.line()) for s in breaches)
+    return f"budget limit exceeded: {named}"
+
+
+def _json_value(v: Any) -> Any:
+    return v.isoformat() if isinstance(v, date) else v
+
+
+def _json_rows(report: CostReport) -> list[dict[str, Any]]:
+    return [{k: _json_value(v) for k, v in row.items()} for row in report.table.to_pylist()]
+
+
+def cost_json(outcome: CostOutcome) -> dict[str, Any]:
+    """The ``vakpipe.cost/1`` document (docs/json-output.md): the rows of the cost table
+    grouped as asked (the columns of costs.csv), the totals, the per-model breakdown, the
+    unpriced models and the budgets."""
+    first, last = outcome.data_days
+    return {
+        "run_id": outcome.run_id,
+        "by": list(outcome.by),
+        "window": {"since": _json_value(outcome.since), "until": _json_value(outcome.until),
+                   "timezone": outcome.timezone or "UTC"},
+        "data_days": {"first": _json_value(first), "last": _json_value(last)},
+        "empty_window": outcome.empty_window,
+        "records": outcome.rows,
+        "copies": outcome.copies,
+        "partial": outcome.partial,
+        "totals": {f"{m}_usd": float(c.total) for m, c in outcome.totals.totals.items()},
+        "rows": _json_rows(outcome.grouped),
+        "breakdown": (_json_rows(outcome.breakdown) if outcome.breakdown is not None
+                      else None),
+        "unknown_models": [{"provider": u.provider, "model": u.model, "records": u.records,
+                            "tokens": u.tokens} for u in outcome.grouped.unknown],
+        "budgets": [s.as_dict() for s in outcome.budgets],
+        "budget_breaches": [s.as_dict() for s in outcome.breaches],
+        "files": list(outcome.files),
+    }

@@ -22,6 +22,7 @@ from pipeline.io.storage import (
     storage_errors,
 )
 from pipeline.ledger.layout import SessionKey, parse_session_path
+from pipeline.ledger.redact import redact
 from pipeline.ledger.types import Code
 from pipeline.replay.projection import get_rule_set
 from pipeline.replay.scopes import parse_scope
@@ -74,7 +75,8 @@ def session_object(url: str, storage_options: dict[str, Any] | None = None
 
 def show_job(url: str, scope: str, options: ReplayOptions, *,
              storage_options: dict[str, Any] | None = None, full: bool = False,
-             max_line_bytes: int = MAX_LINE_BYTES) -> str:
+             max_line_bytes: int = MAX_LINE_BYTES,
+             record: dict[str, Any] | None = None) -> str:
     """Audit and replay the ledger at ``url``; render its request at ``scope``.
 
     The object goes through the per-object pipeline of a run
@@ -83,6 +85,10 @@ def show_job(url: str, scope: str, options: ReplayOptions, *,
     the replay that makes the request's row renders the request
     (:class:`~pipeline.replay.show.RenderingEngine`): the figures and the text printed
     are those of one replay.
+
+    ``record``, when given, gets the request's ``requests`` row (``request``; its texts
+    redacted as the table's are) and the session's source, id, model and status
+    (``session``): what ``vakpipe show --json`` prints beside the text.
 
     Returns
     -------
@@ -121,6 +127,12 @@ def show_job(url: str, scope: str, options: ReplayOptions, *,
                 raise PipelineError(f"{url}: {detail}")
             raise StorageError(f"{url}: {detail}")
         row = find_request(replayed.requests, scope, url)
+        if record is not None:
+            record["request"] = {k: redact(v) if isinstance(v, str) else v
+                                 for k, v in row.items()}
+            record["session"] = {k: audit.row.get(k) for k in
+                                 ("session_id", "source", "agent", "model", "provider",
+                                  "status")}
         if audit.row.get("source", VAK) != VAK:
             # Another agent's transcript: nothing to rebuild, what it holds is printed.
             return format_reported_request(

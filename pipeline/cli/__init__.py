@@ -32,10 +32,17 @@ from pipeline.cli import (
     regress,
     show,
 )
-from pipeline.cli._exits import EXIT_FINDINGS, EXIT_OK, EXIT_PARTIAL, EXIT_UNUSABLE
+from pipeline.cli._exits import (
+    EXIT_BUDGET,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_UNUSABLE,
+)
 from pipeline.cli._group import main
 
-__all__ = ["EXIT_FINDINGS", "EXIT_OK", "EXIT_PARTIAL", "EXIT_UNUSABLE", "main", "run"]
+__all__ = ["EXIT_BUDGET", "EXIT_FINDINGS", "EXIT_OK", "EXIT_PARTIAL", "EXIT_UNUSABLE", "main",
+           "run"]
 
 for _command in (audit.audit, audit.replay, show.show, nightly.nightly, compact.compact,
                  regress.regress, cost.cost, generate.generate, demo.demo, plugins.plugins,

@@ -12,6 +12,9 @@ if TYPE_CHECKING:
     from pipeline.run.orchestrate import RunSummary
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE, EXIT_PARTIAL = 0, 1, 2, 3
+#: ``vakpipe cost --budgets``: a budget's spend is over its limit (before partial: spend
+#: read from a partial run is a lower bound, so a breach it shows is real).
+EXIT_BUDGET = 4
 
 
 def exit_on(fail_on: str | None, summary: RunSummary) -> None:

@@ -12,11 +12,13 @@ import click
 
 from pipeline.cli._exits import EXIT_UNUSABLE
 from pipeline.cli._options import DEFAULT_HEARTBEAT_S
+from pipeline.cli._output import error_document
 from pipeline.errors import PipelineError
 
 
-def _fail(err: PipelineError) -> None:
+def _fail(err: PipelineError, ctx: click.Context | None = None) -> None:
     click.echo(f"vakpipe: error: {err}", err=True)
+    error_document(ctx, str(err), EXIT_UNUSABLE)  # with --json: the error as a document
     sys.exit(EXIT_UNUSABLE)
 
 
@@ -38,7 +40,7 @@ class _Commands(click.Group):
                     lifecycle.handle_signals():
                 return super().invoke(ctx)
         except PipelineError as err:
-            _fail(err)
+            _fail(err, ctx)
         except lifecycle.Interrupted as stop:
             click.echo(stop.line(), err=True)
             sys.exit(stop.exit_code)
@@ -58,4 +60,7 @@ def main() -> None:
          audited (unreadable_object, changed_during_audit, worker_crashed,
          audit_failed); the tables hold everything else, the manifest says
          "partial": true
+      4  cost --budgets: a budget's spend is over its limit (the line names it)
+
+    Every command takes --json: its summary as one JSON document on stdout.
     """

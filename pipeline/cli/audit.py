@@ -15,6 +15,7 @@ from pipeline.cli._options import (
     scope_option,
     session_option,
 )
+from pipeline.cli._output import json_option, json_output
 from pipeline.io.storage import parse_storage_options, resolve
 
 
@@ -32,22 +33,25 @@ from pipeline.io.storage import parse_storage_options, resolve
 @scope_option
 @max_line_option
 @force_option
+@json_option
 def audit(root: str, out: str, scheduler: str | None, workers: int | None,
           storage_options: tuple[str, ...], fail_on: str | None, progress: bool | None,
           replay: bool, rules: str, planner: bool, catalog_path: str | None,
-          window: int | None, scope: str | None, max_line_bytes: int) -> None:
+          window: int | None, scope: str | None, max_line_bytes: int, as_json: bool) -> None:
     """Verify every session ledger under ROOT and write integrity tables under OUT."""
-    from jobs.audit import audit_job, print_summary
+    from jobs.audit import audit_job, print_summary, summary_json
 
-    options = parse_storage_options(storage_options)
-    replay_opts = None
-    if replay or planner or scope or window or catalog_path or rules != "v1":
-        replay_opts = build_replay_options(rules, planner, catalog_path, window, scope)
-    summary = audit_job(resolve(root, options), resolve(out, options), replay_opts,
-                        scheduler=scheduler, workers=workers, progress=progress,
-                        max_line_bytes=max_line_bytes)
-    print_summary(summary)
-    exit_on(fail_on, summary)
+    with json_output("audit", as_json) as doc:
+        options = parse_storage_options(storage_options)
+        replay_opts = None
+        if replay or planner or scope or window or catalog_path or rules != "v1":
+            replay_opts = build_replay_options(rules, planner, catalog_path, window, scope)
+        summary = audit_job(resolve(root, options), resolve(out, options), replay_opts,
+                            scheduler=scheduler, workers=workers, progress=progress,
+                            max_line_bytes=max_line_bytes)
+        print_summary(summary)
+        doc.set(summary_json(summary))
+        exit_on(fail_on, summary)
 
 
 
@@ -61,21 +65,24 @@ def audit(root: str, out: str, scheduler: str | None, workers: int | None,
 @progress_option
 @max_line_option
 @force_option
+@json_option
 def replay(root: str, out: str, session_ids: tuple[str, ...], rules: str, planner: bool,
            catalog_path: str | None, window: int | None, scope: str | None,
            scheduler: str | None, workers: int | None, storage_options: tuple[str, ...],
-           progress: bool | None, max_line_bytes: int) -> None:
+           progress: bool | None, max_line_bytes: int, as_json: bool) -> None:
     """Replay every session under ROOT (or --session ones) into tables under OUT.
 
     Writes what `audit --replay` writes: integrity/sessions, integrity/findings, turns
     and requests.
     """
-    from jobs.audit import audit_job, print_replay_summary
+    from jobs.audit import audit_job, print_replay_summary, summary_json
 
-    options = parse_storage_options(storage_options)
-    summary = audit_job(resolve(root, options), resolve(out, options),
-                        build_replay_options(rules, planner, catalog_path, window, scope),
-                        sessions=frozenset(session_ids) or None, scheduler=scheduler,
-                        workers=workers, progress=progress, max_line_bytes=max_line_bytes)
-    print_replay_summary(summary)
-    exit_on(None, summary)
+    with json_output("replay", as_json) as doc:
+        options = parse_storage_options(storage_options)
+        summary = audit_job(resolve(root, options), resolve(out, options),
+                            build_replay_options(rules, planner, catalog_path, window, scope),
+                            sessions=frozenset(session_ids) or None, scheduler=scheduler,
+                            workers=workers, progress=progress, max_line_bytes=max_line_bytes)
+        print_replay_summary(summary)
+        doc.set(summary_json(summary))
+        exit_on(None, summary)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from pipeline.cli._exits import exit_on
@@ -13,8 +15,12 @@ from pipeline.cli._options import (
     progress_option,
     session_option,
 )
+from pipeline.cli._output import json_option, json_output
 from pipeline.errors import UsageError
 from pipeline.io.storage import parse_storage_options, resolve
+
+if TYPE_CHECKING:
+    from pipeline.run.orchestrate import RunSummary
 
 
 @click.command()
@@ -43,12 +49,13 @@ from pipeline.io.storage import parse_storage_options, resolve
 @progress_option
 @max_line_option
 @force_option
+@json_option
 def compact(root: str, out: str, window: int | None, what_if_model: str | None,
             summariser: str, summariser_url: str | None, summariser_model: str | None,
             summary_tokens: int, write_archive: bool, rules: str, catalog_path: str | None,
             session_ids: tuple[str, ...], scheduler: str | None, workers: int | None,
             storage_options: tuple[str, ...], progress: bool | None,
-            max_line_bytes: int) -> None:
+            max_line_bytes: int, as_json: bool) -> None:
     """Plan the compaction packets every session under ROOT needs, under OUT.
 
     Each session is replayed under planner v1 for its bound model's capacity (or the
@@ -57,7 +64,26 @@ def compact(root: str, out: str, window: int | None, what_if_model: str | None,
     integrity, turns, requests and compaction tables; --write-archive adds compacted
     copies of the ledgers (the source archive is never written).
     """
-    from jobs.compact import compact_job, print_compaction_summary
+    from jobs.audit import summary_json
+    from jobs.compact import print_compaction_summary
+
+    with json_output("compact", as_json) as doc:
+        summary = _compact(root, out, window, what_if_model, summariser, summariser_url,
+                           summariser_model, summary_tokens, write_archive, rules,
+                           catalog_path, session_ids, scheduler, workers, storage_options,
+                           progress, max_line_bytes)
+        print_compaction_summary(summary)
+        doc.set(summary_json(summary))
+        exit_on(None, summary)
+
+
+def _compact(root: str, out: str, window: int | None, what_if_model: str | None,
+             summariser: str, summariser_url: str | None, summariser_model: str | None,
+             summary_tokens: int, write_archive: bool, rules: str, catalog_path: str | None,
+             session_ids: tuple[str, ...], scheduler: str | None, workers: int | None,
+             storage_options: tuple[str, ...], progress: bool | None,
+             max_line_bytes: int) -> RunSummary:
+    from jobs.compact import compact_job
     from pipeline.compaction.engine import CompactionOptions
     from pipeline.compaction.registry import get_summariser
 
@@ -77,12 +103,10 @@ def compact(root: str, out: str, window: int | None, what_if_model: str | None,
     replay_opts = build_replay_options(rules, True, catalog_path, window, None)
     if what_if_model is not None and replay_opts.catalog.lookup(what_if_model) is None:
         raise UsageError(f"--model {what_if_model!r} is not in the model catalog")
-    summary = compact_job(
+    return compact_job(
         resolve(root, options), resolve(out, options), replay_opts,
         CompactionOptions(writer, window=window, model=what_if_model,
                           summary_tokens=summary_tokens),
         write_archive=write_archive, sessions=frozenset(session_ids) or None,
         scheduler=scheduler, workers=workers, progress=progress,
         max_line_bytes=max_line_bytes)
-    print_compaction_summary(summary)
-    exit_on(None, summary)

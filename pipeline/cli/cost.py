@@ -7,10 +7,11 @@ from datetime import datetime
 
 import click
 
-from pipeline.cli._exits import EXIT_FINDINGS, EXIT_PARTIAL
+from pipeline.cli._exits import EXIT_BUDGET, EXIT_FINDINGS, EXIT_PARTIAL
 from pipeline.cli._options import (
     storage_option,
 )
+from pipeline.cli._output import JsonDocument, json_option, json_output
 from pipeline.errors import UsageError
 from pipeline.io.storage import parse_storage_options, resolve
 
@@ -21,12 +22,26 @@ from pipeline.io.storage import parse_storage_options, resolve
               help="SOURCE is an archive: audit it into this output first (in this process "
                    "when small), then price that run (its report under OUT/cost).")
 @click.option("--since", type=click.DateTime(["%Y-%m-%d"]), default=None,
-              help="First day (UTC, inclusive) to price.")
+              help="First day (inclusive; on --timezone's clock) to price.")
 @click.option("--until", type=click.DateTime(["%Y-%m-%d"]), default=None,
-              help="Last day (UTC, inclusive) to price.")
+              help="Last day (inclusive; on --timezone's clock) to price.")
 @click.option("--by", "by_text", default="day,model", show_default=True,
-              help="Group the cost table by these, comma-separated: day, agent, model, "
-                   "provider, session.")
+              help="Group the cost table by these, comma-separated: day, week, month, "
+                   "session, project, model, agent, source, provider, subagent "
+                   "(e.g. month,project).")
+@click.option("--timezone", "timezone", default=None, metavar="ZONE",
+              help="IANA time zone of the days, weeks and months (default UTC), e.g. "
+                   "Europe/Berlin.")
+@click.option("--breakdown", is_flag=True,
+              help="Under each row of the table, one row per model.")
+@click.option("--budgets", "budgets_path", default=None, metavar="FILE",
+              help="Budget file (TOML): spend per project/agent and day/month against warn "
+                   "and limit levels; exit 4 when a limit is exceeded.")
+@click.option("--as-of", "as_of", type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S",
+                                                       "%Y-%m-%dT%H:%M"]),
+              default=None, metavar="WHEN",
+              help="The instant the budgets' running period is projected from (on "
+                   "--timezone's clock; default now).")
 @click.option("--prices", "prices_path", default=None, type=click.Path(dir_okay=False),
               help="Your own price table (TOML); its rules come first.")
 @click.option("--report-dir", default=None,
@@ -36,9 +51,12 @@ from pipeline.io.storage import parse_storage_options, resolve
 @click.option("--allow-partial", is_flag=True,
               help="Exit 0 when the priced run is partial (still said; default: exit 3).")
 @storage_option
+@json_option
 def cost(source: str, run_out: str | None, since: datetime | None, until: datetime | None,
-         by_text: str, prices_path: str | None, report_dir: str | None, fail_on: str | None,
-         allow_partial: bool, storage_options: tuple[str, ...]) -> None:
+         by_text: str, timezone: str | None, breakdown: bool, budgets_path: str | None,
+         as_of: datetime | None, prices_path: str | None, report_dir: str | None,
+         fail_on: str | None, allow_partial: bool, storage_options: tuple[str, ...],
+         as_json: bool) -> None:
     """Price the usage of the run committed under OUT: billed, effective and wasted USD.
 
     Writes costs.parquet and costs.csv (grouped by --by) and report.html (charts, one
@@ -49,15 +67,44 @@ def cost(source: str, run_out: str | None, since: datetime | None, until: dateti
     \b
     In one step from an archive: vakpipe cost ROOT --out OUT audits ROOT into OUT (as
     vakpipe audit ROOT --out OUT does), then prices that run.
+
+    \b
+    Prints the cost table (a row per --by group, totals; --breakdown: per model). With
+    --budgets FILE, each budget's spend per period, its projection to the period's end,
+    and exit 4 when a spend is over its limit (before exit 3 and 1).
     """
-    from jobs.cost_report import cost_job, print_cost_summary, unpriced_failure
+    with json_output("cost", as_json) as doc:
+        _cost(doc, source, run_out, since, until, by_text, timezone, breakdown, budgets_path,
+              as_of, prices_path, report_dir, fail_on, allow_partial, storage_options)
+
+
+def _cost(doc: JsonDocument, source: str, run_out: str | None, since: datetime | None,
+          until: datetime | None, by_text: str, timezone: str | None, breakdown: bool,
+          budgets_path: str | None, as_of: datetime | None, prices_path: str | None,
+          report_dir: str | None, fail_on: str | None, allow_partial: bool,
+          storage_options: tuple[str, ...]) -> None:
+    from zoneinfo import ZoneInfo
+
+    from jobs.cost_report import (
+        budget_failure,
+        cost_job,
+        cost_json,
+        print_cost_summary,
+        read_budget_file,
+        unpriced_failure,
+    )
+    from pipeline.costs.periods import check_timezone
     from pipeline.costs.report import parse_by
 
     options = parse_storage_options(storage_options)
     out = resolve(source, options)
     by = parse_by(by_text)
+    timezone = check_timezone(timezone)
+    budgets = read_budget_file(budgets_path, options) if budgets_path is not None else ()
+    when = as_of.replace(tzinfo=ZoneInfo(timezone or "UTC")) if as_of is not None else None
+    audit_doc = None
     if run_out is not None:
-        from jobs.audit import audit_job, print_summary
+        from jobs.audit import audit_job, print_summary, summary_json
         from pipeline.io.commit import read_manifest
 
         if since is not None and until is not None and since > until:  # before the audit
@@ -66,11 +113,19 @@ def cost(source: str, run_out: str | None, since: datetime | None, until: dateti
             raise UsageError(f"{source} is a run's output, not an archive: price it with "
                              f"`vakpipe cost {source}` (--out is for an archive)")
         out = resolve(run_out, options)
-        print_summary(audit_job(resolve(source, options), out))
+        summary = audit_job(resolve(source, options), out)
+        print_summary(summary)
+        audit_doc = summary_json(summary)
     outcome = cost_job(out, by=by, since=since.date() if since else None,
                        until=until.date() if until else None, prices_path=prices_path,
-                       report_dir=resolve(report_dir, options) if report_dir else None)
+                       report_dir=resolve(report_dir, options) if report_dir else None,
+                       timezone=timezone, breakdown=breakdown, budgets=budgets, as_of=when)
     print_cost_summary(outcome)
+    doc.set({"source": out.url, **cost_json(outcome), "audit": audit_doc})
+    breach = budget_failure(outcome)
+    if breach is not None:
+        click.echo(f"vakpipe: {breach}", err=True)
+        sys.exit(EXIT_BUDGET)  # a breach on a partial run is real: its spend is a floor
     if outcome.partial and not allow_partial:
         sys.exit(EXIT_PARTIAL)  # before --fail-on: figures of a partial run prove nothing
     unpriced = unpriced_failure(outcome) if fail_on == "unpriced" else None

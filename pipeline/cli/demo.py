@@ -14,10 +14,11 @@ to run: ``vakpipe --help`` and every other command load none of them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from pipeline.cli._output import json_option, json_output
 from pipeline.io.storage import resolve
 
 if TYPE_CHECKING:
@@ -47,13 +48,17 @@ def compaction_out(out: str, name: str) -> str:
 @click.option("--seed", type=int, default=7, show_default=True)
 @click.option("--out", default="out/demo", show_default=True, help="Where the tables go.")
 @click.option("--workers", type=click.IntRange(min=1), default=None)
-def demo(sessions: int, seed: int, out: str, workers: int | None) -> None:
+@json_option
+def demo(sessions: int, seed: int, out: str, workers: int | None, as_json: bool) -> None:
     """Start a local S3 endpoint, upload a generated fleet, audit it, print a summary."""
-    run_demo(sessions=sessions, seed=seed, out=out, workers=workers)
+    with json_output("demo", as_json) as doc:
+        record: dict[str, Any] = {}
+        run_demo(sessions=sessions, seed=seed, out=out, workers=workers, record=record)
+        doc.set(record)
 
 
 def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
-             workers: int | None = None) -> None:
+             workers: int | None = None, record: dict[str, Any] | None = None) -> None:
     """Run the demo and print where the results are.
 
     Parameters
@@ -65,8 +70,10 @@ def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
         compaction what-ifs' in :func:`compaction_out` (nothing is written beside it).
     workers:
         LocalCluster size (default: one per core).
+    record:
+        Filled with what was printed, as JSON values (``vakpipe demo --json``).
     """
-    from jobs.audit import audit_job, print_summary
+    from jobs.audit import audit_job, print_summary, summary_json
     from pipeline.run.orchestrate import dask_client
     from pipeline.synth.fleet import write_fleet
     from pipeline.synth.local_s3 import local_s3
@@ -85,13 +92,21 @@ def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
             summary = audit_job(archive, resolve(audit_out(out)), scheduler=address)
             print_summary(summary)
             click.echo("compaction what-ifs (planner v1, summaries from the turn cards):")
-            for name, scale, label in WHAT_IFS:
-                _what_if(archive, compaction_out(out, name), scale, label, address)
+            what_ifs = [_what_if(archive, compaction_out(out, name), scale, label, address)
+                        for name, scale, label in WHAT_IFS]
     click.echo(f"results: {resolve(out).path} (Parquet under audit/, compaction-bound/, "
                "compaction-half/; each folder's _manifest.json lists its run)")
+    if record is not None:
+        record.update({"archive": archive.url, "fleet": {"sessions": fleet.sessions,
+                                                         "bytes": fleet.bytes, "seed": seed},
+                       "audit": summary_json(summary),
+                       "what_ifs": {name: w for (name, _, _), w in zip(WHAT_IFS, what_ifs,
+                                                                        strict=True)},
+                       "out": resolve(out).path})
 
 
-def _what_if(archive: Location, out: str, scale: float, label: str, scheduler: str) -> None:
+def _what_if(archive: Location, out: str, scale: float, label: str,
+             scheduler: str) -> dict[str, Any]:
     from jobs.compact import compact_job
     from pipeline.compaction.cards import CardsSummariser
     from pipeline.compaction.engine import CompactionOptions
@@ -103,3 +118,5 @@ def _what_if(archive: Location, out: str, scale: float, label: str, scheduler: s
     click.echo(f"  {label}: {c['sessions_needing_packets']:,} of {done.sessions:,} sessions "
                f"need packets ({c['packets']:,} planned, {c['packets_superseded']:,} "
                f"superseded); tables: {resolve(out).path}")
+    return {"scale": scale, "sessions": done.sessions, "out": resolve(out).path,
+            **{k: c[k] for k in ("sessions_needing_packets", "packets", "packets_superseded")}}

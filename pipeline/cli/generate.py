@@ -7,6 +7,7 @@ import click
 from pipeline.cli._options import (
     storage_option,
 )
+from pipeline.cli._output import json_option, json_output
 from pipeline.io.storage import parse_storage_options, resolve
 
 
@@ -19,14 +20,18 @@ from pipeline.io.storage import parse_storage_options, resolve
               help="Write into a folder that is not empty (adds sessions; replaces "
                    "ground-truth.json).")
 @storage_option
+@json_option
 def generate(out: str, sessions: int, seed: int, faults: bool, force: bool,
-             storage_options: tuple[str, ...]) -> None:
+             storage_options: tuple[str, ...], as_json: bool) -> None:
     """Write a synthetic fleet in vak's wire format under OUT (an empty folder, unless
     --force), with its ground truth."""
     from pipeline.synth.fleet import write_fleet
 
-    loc = resolve(out, parse_storage_options(storage_options))
-    written = write_fleet(loc, sessions=sessions, seed=seed, faults=faults,
-                          exclusive=not force)
-    click.echo(f"wrote {written.sessions} sessions, {written.bytes:,} bytes under {out}; "
-               f"ground truth: {written.truth_path}")
+    with json_output("generate", as_json) as doc:
+        loc = resolve(out, parse_storage_options(storage_options))
+        written = write_fleet(loc, sessions=sessions, seed=seed, faults=faults,
+                              exclusive=not force)
+        click.echo(f"wrote {written.sessions} sessions, {written.bytes:,} bytes under {out}; "
+                   f"ground truth: {written.truth_path}")
+        doc.set({"out": out, "sessions": written.sessions, "bytes": written.bytes,
+                 "seed": seed, "faults": faults, "ground_truth": str(written.truth_path)})

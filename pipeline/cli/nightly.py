@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,7 +16,11 @@ from pipeline.cli._options import (
     progress_option,
     replay_options,
 )
+from pipeline.cli._output import json_option, json_output
 from pipeline.io.storage import parse_storage_options, resolve
+
+if TYPE_CHECKING:
+    from jobs.nightly_audit import NightlySummary
 
 
 @click.command()
@@ -41,11 +46,13 @@ from pipeline.io.storage import parse_storage_options, resolve
                    "(a partial run exits 3 first).")
 @max_line_option
 @force_option
+@json_option
 def nightly(root: str, out: str, day: datetime | None, compaction: bool,
             baseline_day: datetime | None, rebaseline: bool, rules: str,
             planner: bool, catalog_path: str | None, window: int | None,
             scheduler: str | None, workers: int | None, storage_options: tuple[str, ...],
-            progress: bool | None, fail_on: str | None, max_line_bytes: int) -> None:
+            progress: bool | None, fail_on: str | None, max_line_bytes: int,
+            as_json: bool) -> None:
     """The nightly audit: read only what changed under ROOT since the last night.
 
     Writes the integrity, usage, turns, requests (and with --compaction, compaction)
@@ -54,6 +61,20 @@ def nightly(root: str, out: str, day: datetime | None, compaction: bool,
     carried forward. History that no longer extends what was verified is reported
     (history_truncated, history_rewritten, session_missing).
     """
+    with json_output("nightly", as_json) as doc:
+        summary = _nightly(root, out, day, compaction, baseline_day, rebaseline, rules,
+                           planner, catalog_path, window, scheduler, workers, storage_options,
+                           progress, max_line_bytes)
+        doc.set({"day": summary.day.isoformat(), "baseline": summary.baseline,
+                 "out": summary.run.out, **summary.as_dict()})
+        exit_on(fail_on, summary.run)
+
+
+def _nightly(root: str, out: str, day: datetime | None, compaction: bool,
+             baseline_day: datetime | None, rebaseline: bool, rules: str,
+             planner: bool, catalog_path: str | None, window: int | None,
+             scheduler: str | None, workers: int | None, storage_options: tuple[str, ...],
+             progress: bool | None, max_line_bytes: int) -> NightlySummary:
     import dataclasses
 
     from jobs.nightly_audit import print_nightly_summary, run_nightly
@@ -71,4 +92,4 @@ def nightly(root: str, out: str, day: datetime | None, compaction: bool,
                           baseline_day=baseline_day.date() if baseline_day else None,
                           rebaseline=rebaseline, max_line_bytes=max_line_bytes)
     print_nightly_summary(summary)
-    exit_on(fail_on, summary.run)
+    return summary

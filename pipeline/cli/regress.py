@@ -16,6 +16,7 @@ from pipeline.cli._options import (
     session_option,
     what_if_options,
 )
+from pipeline.cli._output import JsonDocument, json_option, json_output
 from pipeline.errors import UsageError
 from pipeline.io.storage import parse_storage_options, resolve
 
@@ -42,19 +43,33 @@ from pipeline.io.storage import parse_storage_options, resolve
 @progress_option
 @max_line_option
 @force_option
+@json_option
 def regress(root: str, out: str, baseline: str | None, candidate: str,
             baseline_run: str | None, max_changed: str | None, max_new_overflows: int | None,
             allow_partial: bool,
             session_ids: tuple[str, ...], planner: bool, catalog_path: str | None,
             window: int | None, scheduler: str | None, workers: int | None,
             storage_options: tuple[str, ...], progress: bool | None,
-            max_line_bytes: int) -> None:
+            max_line_bytes: int, as_json: bool) -> None:
     """Replay ROOT under two projection rule sets and compare every request.
 
     Writes OUT/baseline and OUT/candidate (the two replays), the regression dataset (one
     row per request pair) and OUT/regression-summary.json. Exit 1 when a threshold is
     exceeded.
     """
+    with json_output("regress", as_json) as doc:
+        _regress(doc, root, out, baseline, candidate, baseline_run, max_changed,
+                 max_new_overflows, allow_partial, session_ids, planner, catalog_path, window,
+                 scheduler, workers, storage_options, progress, max_line_bytes)
+
+
+def _regress(doc: JsonDocument, root: str, out: str, baseline: str | None, candidate: str,
+             baseline_run: str | None, max_changed: str | None,
+             max_new_overflows: int | None, allow_partial: bool,
+             session_ids: tuple[str, ...], planner: bool, catalog_path: str | None,
+             window: int | None, scheduler: str | None, workers: int | None,
+             storage_options: tuple[str, ...], progress: bool | None,
+             max_line_bytes: int) -> None:
     from jobs.regression_check import print_regression, regression_job
     from pipeline.replay.regress import Thresholds, parse_change_limit
 
@@ -75,6 +90,7 @@ def regress(root: str, out: str, baseline: str | None, candidate: str,
         scheduler=scheduler, workers=workers, progress=progress,
         max_line_bytes=max_line_bytes)
     print_regression(report)
+    doc.set({"out": report.out, **report.as_dict()})
     if report.partial and not allow_partial:
         sys.exit(EXIT_PARTIAL)  # before the thresholds: a partial comparison proves nothing
     if report.breaches:

@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.costs.budgets import BudgetStatus, Level, row_level
 from pipeline.costs.report import GROUP_KEYS, CostReport
 from pipeline.ledger.text import html_text
 
@@ -53,7 +54,8 @@ th{background:#f4f4f4;white-space:normal;vertical-align:bottom}
 transform:translateX(-50%)}.full table{font-size:.9em;margin:.5em auto 1.5em}
 td.t{white-space:normal;overflow-wrap:anywhere;min-width:7em;max-width:26em;text-align:left}
 td:first-child,th:first-child{text-align:left}.warn{background:#fff3cd;border:1px solid
-#e0b400;padding:.6em 1em}.note{color:#666}h2{margin-top:1.8em}
+#e0b400;padding:.6em 1em}tr.limit td{background:#fdd}tr.over td{background:#fff3cd}
+.breach{background:#fdd;border:1px solid #c00;padding:.6em 1em}.note{color:#666}h2{margin-top:1.8em}
 """
 
 
@@ -84,6 +86,10 @@ class CostPage:
     packets: PacketSummary | None
     #: The input run is partial: the line saying how many sessions were not read.
     partial: str | None = None
+    #: ``--budgets``: each budget in each period of the window.
+    budgets: tuple[BudgetStatus, ...] = ()
+    #: The zone of the days (``--timezone``); ``None``: UTC.
+    timezone: str | None = None
 
 
 def saturation_bins(requests: pa.Table) -> list[tuple[str, int]]:
@@ -157,11 +163,17 @@ def _cell(v: Any, usd: bool = False) -> str:
     return f"<td>{html.escape(str(v))}</td>"
 
 
-def _table(rows: list[dict[str, Any]], columns: Sequence[str], *, full: bool = False) -> str:
+#: The class of a table row inside a budget period over a level.
+_ROW_CLASS = {Level.OK: "", Level.WARN: " class=over", Level.LIMIT: " class=limit"}
+
+
+def _table(rows: list[dict[str, Any]], columns: Sequence[str], *, full: bool = False,
+           classes: Sequence[str] | None = None) -> str:
     # A column's name as in costs.csv, breakable after each underscore.
     head = "".join(f"<th>{html.escape(c).replace('_', '_<wbr>')}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(_cell(r.get(c), c.endswith("usd"))
-                                    for c in columns) + "</tr>" for r in rows)
+    body = "".join(f"<tr{classes[i] if classes else ''}>"
+                   + "".join(_cell(r.get(c), c.endswith("usd")) for c in columns)
+                   + "</tr>" for i, r in enumerate(rows))
     box = "wide full" if full else "wide"
     return f"<div class='{box}'><table><tr>{head}</tr>{body}</table></div>"
 
@@ -372,6 +384,33 @@ def _partial_banner(page: CostPage) -> str:
             "the sessions that were not read.</div>")
 
 
+def _budget_banner(page: CostPage) -> str:
+    """A banner at the top naming every budget period over its limit (or nothing)."""
+    breaches = [s for s in page.budgets if s.breached]
+    if not breaches:
+        return ""
+    return ("<div class=breach id=budget-breach role=alert><b>BUDGET LIMIT EXCEEDED:</b>"
+            "<ul>" + "".join(f"<li>{html.escape(s.line())}</li>" for s in breaches)
+            + "</ul>See <a href='#budgets'>Budgets</a>.</div>")
+
+
+def _budgets(page: CostPage) -> str:
+    """The budgets against their spend, a row per budget and period, those over a level
+    coloured."""
+    if not page.budgets:
+        return ""
+    rows = [{"budget": s.budget.name, "period": s.period, "project": s.budget.project,
+             "agent": s.budget.agent, "spent_usd": s.spend, "warn_usd": s.budget.warn,
+             "limit_usd": s.budget.limit, "projected_usd": s.projected,
+             "running": s.running, "status": s.level.value,
+             "projected_status": s.projected_level.value} for s in page.budgets]
+    columns = ["budget", "period", "project", "agent", "spent_usd", "warn_usd", "limit_usd",
+               "projected_usd", "running", "status", "projected_status"]
+    return ("<h2 id=budgets>Budgets</h2>"
+            + _table(rows, columns, full=True,
+                     classes=[_ROW_CLASS[s.level] for s in page.budgets]))
+
+
 def render(page: CostPage) -> str:
     """The whole report page.
 
@@ -413,17 +452,22 @@ def render(page: CostPage) -> str:
             f"<code>{html.escape(page.run_id or '?')}</code>; days: "
             f"{html.escape(page.window)}; {html.escape(page.prices)}")
     by = ", ".join(page.by) or "nothing (one total)"
+    if page.timezone:
+        meta += f"; days in {html.escape(page.timezone)}"
+    marks = [_ROW_CLASS[row_level(r, page.budgets)] for r in grouped[:MAX_ROWS]]
     return "".join([
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         "<title>vakpipe cost report</title>", f"<style>{_CSS}</style></head><body>",
-        "<h1>vakpipe cost report</h1>", _partial_banner(page), f"<p class=note>{meta}</p>",
+        "<h1>vakpipe cost report</h1>", _partial_banner(page), _budget_banner(page),
+        f"<p class=note>{meta}</p>",
         warn,
-        "<h2 id=totals>Totals</h2>", _totals(page.totals),
+        "<h2 id=totals>Totals</h2>", _totals(page.totals), _budgets(page),
         "<h2 id=daily>Daily cost by model</h2>", _daily_by_model(page.daily_by_model, charts),
         "<h2 id=split>Billed, effective, wasted</h2>", _billed_split(page.daily, charts),
         "<h2 id=saturation>Window saturation</h2>", _saturation(page, charts),
         "<h2 id=packets>Sessions needing packets</h2>", _packets(page),
         f"<h2 id=grouped>Cost by {html.escape(by)}</h2>", cut,
-        _table(grouped[:MAX_ROWS], columns, full=True),
+        _table(grouped[:MAX_ROWS], columns, full=True,
+               classes=marks if page.budgets else None),
         "</body></html>\n",
     ])

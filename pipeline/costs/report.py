@@ -3,7 +3,8 @@ effective and wasted US dollars. Pure (pyarrow only).
 
 The audit flags every usage record (``pipeline.audit.session``: billed, effective, waste); this
 module prices the billed ones with :mod:`pipeline.costs.pricing` and sums them by any of day,
-agent, model, provider and session. The rules are in ``docs/cost-rules.md``.
+week, month, project (:mod:`pipeline.costs.periods`), agent, model, provider and session.
+The rules are in ``docs/cost-rules.md``.
 
 A long-context tier is decided per request, so rows are never priced on sums across
 requests: each row is first marked over or under its model's tier threshold (vectorised),
@@ -23,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.costs.periods import PERIOD_COLUMNS, PROJECT_COLUMN, with_periods, with_projects
 from pipeline.costs.pricing import Cost, Price, PriceTable, TokenUsage, price
 from pipeline.errors import UsageError
 from pipeline.ledger.text import spreadsheet_safe, terminal_safe
@@ -30,6 +32,9 @@ from pipeline.ledger.text import spreadsheet_safe, terminal_safe
 #: ``--by`` names -> the ``usage`` columns they group on.
 GROUP_KEYS: dict[str, tuple[str, ...]] = {
     "day": ("day",),
+    "week": ("week",),
+    "month": ("month",),
+    "project": ("project",),
     "agent": ("agent",),
     "model": ("model",),
     "provider": ("provider",),
@@ -62,7 +67,7 @@ _VALUE_FIELDS = [
     ("unknown_model", pa.bool_()),
     ("unknown_tokens", pa.int64()),
 ]
-_KEY_TYPES = {"day": pa.date32()}
+_KEY_TYPES = {"day": pa.date32(), "week": pa.date32()}
 _NAMES = ("provider", "model")  # null in the usage table, "" while grouping
 
 
@@ -226,10 +231,16 @@ def drop_copies(usage: pa.Table) -> tuple[pa.Table, int]:
     return usage.take(kept), dropped
 
 
-def _prepared(usage: pa.Table) -> pa.Table:
+def _prepared(usage: pa.Table, keys: Sequence[str] = ()) -> pa.Table:
     """The billed rows, with null provider/model as ``""`` (so they group and compare), a
     ``category`` column, and a subagent's usage under its parent session's path."""
     usage = with_added_columns(usage)
+    # Weeks and months (UTC, as the audit's days) and projects only when grouped on and
+    # not added by the caller (cost_job adds them on --timezone's clock, with projects).
+    if any(c in keys and c not in usage.column_names for c in PERIOD_COLUMNS):
+        usage = with_periods(usage)
+    if PROJECT_COLUMN in keys and PROJECT_COLUMN not in usage.column_names:
+        usage = with_projects(usage, None)
     usage = usage.set_column(
         usage.schema.get_field_index("session_path"), "session_path",
         pc.coalesce(usage["parent_session_path"], usage["session_path"]))
@@ -261,7 +272,7 @@ def price_usage(usage: pa.Table, prices: PriceTable, by: Sequence[str] = ()) -> 
         largest token volume first.
     """
     keys = key_columns(by)
-    billed = _prepared(usage)
+    billed = _prepared(usage, keys)
     rules = _Rules(prices)
     billed = billed.append_column("over", _over_tier(billed, rules))
     bucket_keys = list(dict.fromkeys([*keys, "provider", "model", "over", "category"]))

@@ -17,3 +17,5 @@ REAL = DATA / "real"
 SPEC = DATA / "spec"
 #: The conformance corpus (``corpus/``) and the findings it should give (``expected.json``).
 CONFORMANCE = DATA / "conformance"
+#: ccusage 20.0.24's JSON reports of ``real/claude-code`` (the figures ``cost`` must equal).
+CCUSAGE = DATA / "ccusage"

@@ -282,7 +282,7 @@ def test_grouping_by_day_model_session_agent_and_provider() -> None:
     window = in_window(t, since=date(2026, 9, 22), until=date(2026, 9, 22))
     assert totals(price_usage(window, PRICES))["billed"] == D(6)
     assert in_window(t, until=date(2026, 9, 20)).num_rows == 0
-    for bad in ("day,day", "week"):
+    for bad in ("day,day", "year"):  # week is a period now (issue 23)
         with pytest.raises(UsageError):
             parse_by(bad)
     assert parse_by("") == () and parse_by(" model , day") == ("model", "day")
@@ -383,7 +383,7 @@ def test_cost_command_window_grouping_and_report_dir(audited: Path, tmp_path: Pa
 
 
 @pytest.mark.parametrize(("args", "names"), [
-    (["--by", "week"], ["--by", "week"]),
+    (["--by", "year"], ["--by", "year"]),
     (["--since", "2026-09-02", "--until", "2026-09-01"], ["--since"]),
 ])
 def test_bad_cost_options_are_one_line_errors(audited: Path, args: list[str], names: list[str],

@@ -11,7 +11,8 @@ first on ``PATH`` and the clone's code first on ``PYTHONPATH``.
 
 What the README's placeholders stand for is made real, never skipped:
 
-- ``./archive`` is a generated fleet in the clone, ``./our-prices.toml`` a price file;
+- ``./archive`` is a generated fleet in the clone, ``./our-prices.toml`` a price file,
+  ``./budgets.toml`` a budget file;
 - ``s3://bucket/...`` is a bucket ``bucket`` on a local S3 endpoint (moto's server),
   reached through the standard AWS environment as the README says S3 is;
 - :data:`PLACEHOLDERS` maps the rest (a scheduler address, a session id, an elided
@@ -197,6 +198,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             '# our contract\n[[model]]\nprovider = "anthropic"\npattern = "claude-sonnet-4-5*"\n'
             "input = 2.5\noutput = 12.0\ncache_read = 0.25\ncache_write = 3.0\n",
             encoding="utf-8")
+        (clone / "budgets.toml").write_text(  # the README's budget file
+            '[[budget]]\nperiod = "month"\nwarn = 50\nlimit = 100\n\n'
+            '[[budget]]\nagent = "vak"\nperiod = "day"\nlimit = 20\n', encoding="utf-8")
         values = pick_session(tmp_path_factory.mktemp("readme-pick"), clone, env)
         # A scheduler of one's own: separate processes, as a deployment runs them, with
         # the endpoint's environment (its workers read the archive).
@@ -254,8 +258,11 @@ def concrete(command: str, values: dict[str, str]) -> list[str]:
 
 
 def expected_exits(command: str) -> set[int]:
-    """0, and 1 where the command sets a threshold (README: exit 1 when it is crossed)."""
-    return {0, 1} if any(opt in command.split() for opt in THRESHOLD_OPTIONS) else {0}
+    """0, and 1 where the command sets a threshold (README: exit 1 when it is crossed),
+    4 where it checks budgets (README: exit 4 over a limit)."""
+    words = command.split()
+    return ({0, 1} if any(opt in words for opt in THRESHOLD_OPTIONS) else {0}) | (
+        {4} if "--budgets" in words else set())
 
 
 RUN = [c for c in COMMANDS if c not in NOT_RUN]
