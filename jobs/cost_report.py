@@ -68,6 +68,9 @@ class CostOutcome:
     input: InputRun | None = None
     #: A --since/--until window holding no usage: the line saying which days the run has.
     empty_window: str | None = None
+    #: Segment ledgers whose content is sealed (no key): their usage could not be read,
+    #: so it is not priced, and the summary says so (docs/segments.md).
+    sealed: int = 0
 
     @property
     def partial(self) -> bool:
@@ -288,8 +291,9 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
     files = publish(dest, {COSTS_PARQUET: parquet, COSTS_CSV: csv,
                            REPORT_HTML: render(page).encode()},
                     run_id=run_id, source=out.url, base=out if report_dir is None else dest)
+    sealed = pc.sum(pc.equal(everything["kind"], "sealed")).as_py() or 0
     return CostOutcome(dest.url, tuple(files), run_id, usage.num_rows, totals, grouped, copies,
-                       source, empty)
+                       source, empty, sealed)
 
 
 def print_cost_summary(outcome: CostOutcome) -> None:
@@ -301,6 +305,10 @@ def print_cost_summary(outcome: CostOutcome) -> None:
         click.echo(f"vakpipe: warning: {line}", err=True)
     if outcome.empty_window is not None:
         click.echo(f"vakpipe: {outcome.empty_window}", err=True)
+    if outcome.sealed:
+        click.echo(f"vakpipe: warning: {outcome.sealed:,} segment ledgers are sealed (no key "
+                   "for their scope): their usage is not read, so not priced (--keys)",
+                   err=True)
     t = outcome.totals.totals
     click.echo(f"run {outcome.run_id}: {outcome.rows:,} usage records")
     if outcome.copies:
@@ -312,4 +320,7 @@ def print_cost_summary(outcome: CostOutcome) -> None:
         click.echo(f"  {label:<20} ${float(t[name].total):>14,.4f}")
     if outcome.grouped.unknown:
         click.echo(f"  NOT PRICED: {len(outcome.grouped.unknown)} unknown model(s), see stderr")
+    if outcome.sealed:
+        click.echo(f"  NOT PRICED: {outcome.sealed:,} sealed segment ledgers (no key), "
+                   "see stderr")
     click.echo(f"  report: {', '.join(outcome.files)}")

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from jobs.audit import print_summary
-from pipeline.audit.session import audit_session
+from pipeline.audit.segments import audit_lines
 from pipeline.errors import UsageError
 from pipeline.formats import VAK
 from pipeline.io.storage import (
@@ -24,7 +24,8 @@ from pipeline.io.storage import (
     storage_error,
     storage_errors,
 )
-from pipeline.ledger.layout import SessionKey, parse_session_path
+from pipeline.ledger.layout import SEGMENTS, SessionKey, parse_session_path, segment_member
+from pipeline.ledger.segments import is_ledger
 from pipeline.replay.projection import get_rule_set
 from pipeline.replay.scopes import parse_scope
 from pipeline.replay.show import (
@@ -80,6 +81,18 @@ def session_object(url: str, storage_options: dict[str, Any] | None = None
     except storage_errors() as err:
         raise storage_error(err, url) from err
     if info.get("type", "file") != "file":
+        try:
+            names = [posixpath.basename(n.rstrip("/"))
+                     for n in loc.filesystem().ls(loc.path, detail=False)]
+        except storage_errors() as err:
+            raise storage_error(err, url) from err
+        if is_ledger(names):
+            # A segment ledger directory (docs/segments.md): one ledger too.
+            name = posixpath.basename(loc.path.rstrip("/"))
+            tail = "/".join([*loc.path.rstrip("/").split("/")[-5:], "KEY"])
+            key = segment_member(tail) or SessionKey(name, "vak", "-", name,
+                                                     storage=SEGMENTS)
+            return loc, SessionObject(key, loc.path.rstrip("/"), 0, None)
         raise UsageError(f"{url}: a folder, not one ledger (vakpipe replay reads a whole "
                          "archive)")
     name = posixpath.basename(loc.path)
@@ -113,7 +126,7 @@ def show_job(url: str, scope: str, options: ReplayOptions, *,
             # The spool gets the object's exact bytes (an over-long line in pieces), the
             # audit the guarded lines: the same findings as `vakpipe replay` gives.
             with open_lines(loc, obj, max_line_bytes=limit, tap=spool.write) as lines:
-                audit = audit_session(obj.key, lines, size=obj.size)
+                audit = audit_lines(obj.key, lines, size=obj.size)
         except storage_errors() as err:
             raise storage_error(err, url) from err
         row = find_request(replay_spooled(obj, audit, spool, options).requests, scope, url)

@@ -9,6 +9,7 @@ from pipeline.cli._options import (
     build_replay_options,
     cluster_options,
     force_option,
+    keys_option,
     max_line_option,
     progress_option,
     replay_options,
@@ -32,6 +33,7 @@ from pipeline.io.storage import parse_storage_options, resolve
 @scope_option
 @max_line_option
 @force_option
+@keys_option
 def audit(root: str, out: str, scheduler: str | None, workers: int | None,
           storage_options: tuple[str, ...], fail_on: str | None, progress: bool | None,
           replay: bool, rules: str, planner: bool, catalog_path: str | None,
@@ -63,6 +65,7 @@ def audit(root: str, out: str, scheduler: str | None, workers: int | None,
 @progress_option
 @max_line_option
 @force_option
+@keys_option
 def replay(root: str, out: str, session_ids: tuple[str, ...], rules: str, planner: bool,
            catalog_path: str | None, window: int | None, scope: str | None,
            scheduler: str | None, workers: int | None, storage_options: tuple[str, ...],

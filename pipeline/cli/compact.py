@@ -9,6 +9,7 @@ from pipeline.cli._options import (
     build_replay_options,
     cluster_options,
     force_option,
+    keys_option,
     max_line_option,
     progress_option,
     session_option,
@@ -42,6 +43,7 @@ from pipeline.io.storage import parse_storage_options, resolve
 @progress_option
 @max_line_option
 @force_option
+@keys_option
 def compact(root: str, out: str, window: int | None, what_if_model: str | None,
             summariser: str, summariser_url: str | None, summariser_model: str | None,
             summary_tokens: int, write_archive: bool, rules: str, catalog_path: str | None,

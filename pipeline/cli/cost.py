@@ -9,6 +9,7 @@ import click
 
 from pipeline.cli._exits import EXIT_FINDINGS, EXIT_PARTIAL
 from pipeline.cli._options import (
+    keys_option,
     storage_option,
 )
 from pipeline.errors import UsageError
@@ -36,6 +37,7 @@ from pipeline.io.storage import parse_storage_options, resolve
 @click.option("--allow-partial", is_flag=True,
               help="Exit 0 when the priced run is partial (still said; default: exit 3).")
 @storage_option
+@keys_option
 def cost(source: str, run_out: str | None, since: datetime | None, until: datetime | None,
          by_text: str, prices_path: str | None, report_dir: str | None, fail_on: str | None,
          allow_partial: bool, storage_options: tuple[str, ...]) -> None:

@@ -11,6 +11,7 @@ from pipeline.cli._options import (
     build_replay_options,
     cluster_options,
     force_option,
+    keys_option,
     max_line_option,
     progress_option,
     replay_options,
@@ -41,6 +42,7 @@ from pipeline.io.storage import parse_storage_options, resolve
                    "(a partial run exits 3 first).")
 @max_line_option
 @force_option
+@keys_option
 def nightly(root: str, out: str, day: datetime | None, compaction: bool,
             baseline_day: datetime | None, rebaseline: bool, rules: str,
             planner: bool, catalog_path: str | None, window: int | None,

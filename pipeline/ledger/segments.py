@@ -215,10 +215,14 @@ class SegmentLines:
     """The JSONL projection of a segment ledger, as an iterator of lines; its
     :attr:`report` is complete once the iterator is exhausted."""
 
-    def __init__(self, names: Iterable[str], read: Callable[[str], bytes],
-                 keys: KeyProvider | None = None) -> None:
-        self.report = SegmentReport()
-        self._lines = _read(sorted(set(names)), read, keys, self.report)
+    def __init__(self, lines: Iterator[bytes], report: SegmentReport) -> None:
+        self.report = report
+        self._lines = lines
+
+    def map(self, through: Callable[[Iterator[bytes]], Iterator[bytes]]) -> SegmentLines:
+        """The same lines passed through ``through`` (the IO layer's line guard), with
+        the same report."""
+        return SegmentLines(through(self._lines), self.report)
 
     def __iter__(self) -> Iterator[bytes]:
         return self
@@ -245,7 +249,8 @@ def read_segment_ledger(names: Iterable[str], read: Callable[[str], bytes],
     SegmentLines
         Iterate it for the projection's lines; then its ``report`` holds the findings.
     """
-    return SegmentLines(names, read, keys)
+    report = SegmentReport()
+    return SegmentLines(_read(sorted(set(names)), read, keys, report), report)
 
 
 def _at(name: str, index: int | None = None, offset: int | None = None) -> str:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipeline.audit.session import SessionAudit, audit_session, verdict
+from pipeline.audit.segments import audit_lines
+from pipeline.audit.session import SessionAudit, verdict
 from pipeline.errors import ObjectChangedError, PipelineError
 from pipeline.io.storage import (
     MAX_LINE_BYTES,
@@ -201,6 +202,7 @@ def _read_once(attempt: Callable[[], SessionAudit], obj: SessionObject,
 def not_audited(key: SessionKey, size: int, finding: Finding) -> SessionAudit:
     """The row of a session reported without reading it (unreadable, missing)."""
     row = {"session_path": key.path, "agent": key.agent, "cwd_hash": key.cwd_hash,
+           "storage": key.storage,
            "parent_session_path": key.parent, "subagent": key.subagent,
            "bytes": size, **verdict([finding])}
     return SessionAudit(row, [finding])
@@ -216,7 +218,7 @@ def audit_object(root: Location, obj: SessionObject,
     endpoint)."""
     def read(version: SessionObject) -> SessionAudit:
         with open_lines(root, version, max_line_bytes=max_line_bytes) as lines:
-            result = audit_session(version.key, lines, size=version.size)
+            result = audit_lines(version.key, lines, size=version.size)
         result.row["etag"] = version.etag
         return result
 

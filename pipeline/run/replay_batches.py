@@ -17,7 +17,8 @@ from functools import partial
 from typing import IO
 
 from pipeline.audit.checkpoint import Checkpoint, PrefixHasher, checkpoint_of
-from pipeline.audit.session import SessionAudit, audit_session
+from pipeline.audit.segments import audit_lines
+from pipeline.audit.session import SessionAudit
 from pipeline.compaction.engine import (
     CapacityProfile,
     CompactionEngine,
@@ -39,6 +40,7 @@ from pipeline.io.storage import (
     open_lines,
     storage_errors,
 )
+from pipeline.ledger.layout import SEGMENTS
 from pipeline.ledger.reader import Entry, read_ledger, reread_entry
 from pipeline.ledger.types import Code
 from pipeline.replay.catalog import ModelCatalog, load_catalog
@@ -200,7 +202,9 @@ def _write_archive(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
             or any(f.code is Code.TORN_TAIL for f in audit.findings)
             # A compressed ledger (.jsonl.gz/.zst) is not copied: its copy would be the
             # decompressed bytes under a compressed name (docs/formats.md).
-            or obj.key.compression is not None):
+            or obj.key.compression is not None
+            # Nor a segment ledger: its copy would be decrypted content (docs/segments.md).
+            or obj.key.storage == SEGMENTS):
         return None
     session = audit.row.get("session_id") or obj.key.session_id
     lines = packet_lines(replayed.packets, session, head_id=head_id, head_hash=head_hash,
@@ -261,7 +265,7 @@ def audit_and_replay(
             with open_lines(root, version, max_line_bytes=options.max_line_bytes,
                             tap=tap) as lines:
                 try:
-                    audit = audit_session(version.key, lines, size=version.size, keep=kept)
+                    audit = audit_lines(version.key, lines, size=version.size, keep=kept)
                 except (*UNCONTAINED, *storage_errors()):
                     raise
                 except Exception:

@@ -224,14 +224,11 @@ def _apply(fault: str | None, files: dict[str, bytes], seals: list[SealEntry], l
     older = f"seg-{last - 1:08d}.sealed"
     if fault == "frame_length":
         # The second frame's length zeroed: nothing after it can be located.
-        data = bytearray(files[log])
-        first = int.from_bytes(data[:4], "little")
+        first = int.from_bytes(files[log][:4], "little")
         at = 4 + first + 32
-        data[at:at + 4] = b"\x00\x00\x00\x00"
-        files[log] = bytes(data)
+        files[log] = files[log][:at] + b"\x00\x00\x00\x00" + files[log][at + 4:]
     elif fault == "frame_torn_tail":
-        data = files[log]
-        files[log] = data[:len(data) - rng.randrange(1, 30)]
+        files[log] = files[log][:len(files[log]) - rng.randrange(1, 30)]
     elif fault == "sealed_segment_malformed":
         files[older] = b"VAKSEG02" + files[older][8:]
     elif fault == "sealed_segment_mismatch":
