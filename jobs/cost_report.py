@@ -260,6 +260,7 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
     prices = load_prices(prices_path)
     usage, requests, compaction, source = _read(out)
     run_id = source.run_id
+    sealed = pc.sum(pc.equal(usage["kind"], "sealed")).as_py() or 0
     usage, copies = drop_copies(usage)
     everything = usage
     usage = in_window(usage, since, until)
@@ -291,7 +292,6 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
     files = publish(dest, {COSTS_PARQUET: parquet, COSTS_CSV: csv,
                            REPORT_HTML: render(page).encode()},
                     run_id=run_id, source=out.url, base=out if report_dir is None else dest)
-    sealed = pc.sum(pc.equal(everything["kind"], "sealed")).as_py() or 0
     return CostOutcome(dest.url, tuple(files), run_id, usage.num_rows, totals, grouped, copies,
                        source, empty, sealed)
 
