@@ -167,7 +167,7 @@ def open_key_file(text: str, passphrase: str) -> dict[int, bytes]:
     The file is four lines: ``vakyartha-key-file-1``, the PBKDF2 iterations, the salt
     (hex) and the sealed text (hex), sealed under PBKDF2-HMAC-SHA256(passphrase, salt,
     iterations) with the first line as additional data. The text is the id key, the
-    signing key, then one KEK per line: ``<version> <hex>`` (or bare hex, numbered from 1).
+    signing key, then every KEK version (hex), oldest first: version 0 is the first.
 
     Raises
     ------
@@ -190,13 +190,15 @@ def open_key_file(text: str, passphrase: str) -> dict[int, bytes]:
     except (InvalidTag, UnicodeDecodeError):
         raise UsageError("the key file does not open with the passphrase given") from None
     keks: dict[int, bytes] = {}
-    for n, line in enumerate(plain.strip().splitlines()[2:], 1):
-        parts = line.split()
+    # Every KEK version, oldest first: version n is the n-th (0-based), as vak's vault
+    # names them (VAK_TENANT_KEK_<n>).
+    for version, line in enumerate(plain.splitlines()[2:]):
         try:
-            version, hexkey = (int(parts[0]), parts[1]) if len(parts) == 2 else (n, parts[0])
-            keks[version] = bytes.fromhex(hexkey)
-        except (ValueError, IndexError):
+            keks[version] = bytes.fromhex(line.strip())
+        except ValueError:
             raise UsageError("the key file's key list is malformed") from None
+    if not keks:
+        raise UsageError("the key file holds no KEK")
     return keks
 
 

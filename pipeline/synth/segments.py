@@ -24,7 +24,7 @@ import orjson
 import zstandard
 
 from pipeline.io.storage import Location
-from pipeline.ledger.keys import seal_bytes
+from pipeline.ledger.keys import KEY_FILE_MAGIC, scope_file_name, seal_bytes, wrap_scope_key
 from pipeline.ledger.layout import cwd_hash
 from pipeline.ledger.segments import GENESIS, MAGIC, SEALS, SealEntry, link
 from pipeline.ledger.types import Code
@@ -267,3 +267,30 @@ def write_segment_ledger(root: Location, ledger: SegmentLedger) -> None:
 def keys_json(ledgers: Iterable[SegmentLedger]) -> bytes:
     """The ``--keys`` file of some ledgers: scope -> key in hex."""
     return orjson.dumps({led.scope: led.key.hex() for led in ledgers if led.key is not None})
+
+
+def vak_key_material(ledgers: Iterable[SegmentLedger], passphrase: str, *,
+                     shredded: Iterable[str] = (), iterations: int = 1000,
+                     seed: int = 0) -> tuple[str, dict[str, bytes]]:
+    """vak's key material for some ledgers: the passphrase-sealed key file's text, and
+    the tenant home's files (``keys/scopes/keys/<hex scope>`` wrapped under KEK version
+    0; ``keys/scopes/tombstones/<hex scope>`` for each ``shredded`` scope, whose key
+    file is gone). ``iterations`` is low: a test's PBKDF2 need not be slow."""
+    rng = Random(seed)
+    kek = rng.randbytes(32)
+    gone = set(shredded)
+    files: dict[str, bytes] = {}
+    for led in ledgers:
+        if led.key is None:
+            continue
+        name = scope_file_name(led.scope)
+        if led.scope in gone:
+            files[f"keys/scopes/tombstones/{name}"] = b""
+        else:
+            files[f"keys/scopes/keys/{name}"] = wrap_scope_key(0, kek, led.scope, led.key,
+                                                               rng.randbytes(12))
+    text = f"{rng.randbytes(32).hex()}\n{rng.randbytes(48).hex()}\n{kek.hex()}"
+    salt = rng.randbytes(16)
+    secret = hashlib.pbkdf2_hmac("sha256", passphrase.encode(), salt, iterations)
+    sealed = seal_bytes(secret, rng.randbytes(12), text.encode(), KEY_FILE_MAGIC.encode())
+    return f"{KEY_FILE_MAGIC}\n{iterations}\n{salt.hex()}\n{sealed.hex()}\n", files
