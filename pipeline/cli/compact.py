@@ -84,5 +84,5 @@ def compact(root: str, out: str, window: int | None, what_if_model: str | None,
                           summary_tokens=summary_tokens),
         write_archive=write_archive, sessions=frozenset(session_ids) or None,
         scheduler=scheduler, workers=workers, progress=progress)
-    print_compaction_summary(summary)
+    print_compaction_summary(summary, write_archive=write_archive)
     exit_on(None, summary)
