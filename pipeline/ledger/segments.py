@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -136,6 +137,18 @@ def walk_frames(data: bytes, prev: bytes | None) -> ChainWalk:
     return walk
 
 
+_LOCAL = threading.local()
+
+
+def _dctx() -> zstandard.ZstdDecompressor:
+    # One decompressor per thread (they are not thread-safe; making one costs more than
+    # decompressing a small entry).
+    dctx: zstandard.ZstdDecompressor | None = getattr(_LOCAL, "dctx", None)
+    if dctx is None:
+        dctx = _LOCAL.dctx = zstandard.ZstdDecompressor()
+    return dctx
+
+
 def decompress(data: bytes, limit: int = MAX_ENTRY_BYTES) -> bytes:
     """zstd-decompress ``data`` (frames with or without a content size), refusing more
     than ``limit`` bytes.
@@ -146,7 +159,16 @@ def decompress(data: bytes, limit: int = MAX_ENTRY_BYTES) -> bytes:
         Not zstd, truncated, or larger than ``limit``.
     """
     try:
-        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
+        size = zstandard.frame_content_size(data)
+        if 0 <= size <= limit:
+            # The size is in the frame header (vak's and most writers'): one call.
+            out: bytes = _dctx().decompress(data, max_output_size=limit)
+            if len(out) != size:
+                raise ValueError("the frame's content size does not match its content")
+            return out
+        if size > limit:
+            raise ValueError(f"decompresses to more than {limit:,} bytes")
+        with _dctx().stream_reader(io.BytesIO(data)) as reader:
             out = reader.read(limit + 1)
     except zstandard.ZstdError as err:
         raise ValueError(f"not zstd ({err})") from None
