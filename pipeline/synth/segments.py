@@ -294,3 +294,25 @@ def vak_key_material(ledgers: Iterable[SegmentLedger], passphrase: str, *,
     secret = hashlib.pbkdf2_hmac("sha256", passphrase.encode(), salt, iterations)
     sealed = seal_bytes(secret, rng.randbytes(12), text.encode(), KEY_FILE_MAGIC.encode())
     return f"{KEY_FILE_MAGIC}\n{iterations}\n{salt.hex()}\n{sealed.hex()}\n", files
+
+
+def write_segment_fleet(root: Location, ledgers: int, *, seed: int = 0,
+                        faults: bool = False) -> tuple[list[SegmentLedger], bytes]:
+    """Write ``ledgers`` segment ledgers under ``root`` (sealed under their scope keys,
+    every fourth plain; with ``faults``, every other one carries the next fault of
+    :data:`SEGMENT_FAULTS`) and ``segment-ground-truth.json`` (path -> fault, expected
+    codes, entries); return them and their ``--keys`` file's bytes."""
+    names = sorted(SEGMENT_FAULTS)
+    made = []
+    for i in range(ledgers):
+        fault = names[(i // 2) % len(names)] if faults and i % 2 else None
+        made.append(segment_ledger(seed * 100_003 + i, sealed=i % 4 != 3, fault=fault,
+                                   segments=3))
+    for led in made:
+        write_segment_ledger(root, led)
+    truth = {led.path: {"fault": led.fault, "expected": [c.text for c in led.expected],
+                        "entries": led.entries, "sealed": led.key is not None}
+             for led in made}
+    root.filesystem().pipe_file(root.join("segment-ground-truth.json"),
+                                orjson.dumps(truth, option=orjson.OPT_INDENT_2))
+    return made, keys_json(made)

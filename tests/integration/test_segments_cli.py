@@ -211,3 +211,23 @@ def test_mixed_archive_on_s3(s3: LocalS3, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     check_run(tmp_path / "out", made, keyed=True)
     assert json.loads((tmp_path / "out" / "_manifest.json").read_text())
+
+
+def test_generated_segment_fleet_matches_its_ground_truth(tmp_path: Path) -> None:
+    archive, keys = tmp_path / "archive", tmp_path / "keys.json"
+    done = vakpipe("generate", str(archive), "--sessions", "2", "--faults",
+                   "--segment-ledgers", "32", "--keys-out", str(keys))
+    assert done.returncode == 0, done.stderr
+    truth = json.loads((archive / "segment-ground-truth.json").read_text())
+    assert len(truth) == 32 and {t["fault"] for t in truth.values()} >= set(SEGMENT_FAULTS)
+    done = vakpipe("audit", str(archive), "--out", str(tmp_path / "out"), "--workers", "0",
+                   "--keys", str(keys))
+    assert done.returncode == 0, done.stderr
+    findings = by_path(tmp_path / "out", "integrity/findings")
+    sessions = {p: r[0] for p, r in by_path(tmp_path / "out", "integrity/sessions").items()}
+    for path, t in truth.items():
+        codes = {str(f["code"]) for f in findings.get(path, [])} - {"duplicate_kind_key"}
+        assert codes == set(t["expected"]), (path, t["fault"])
+        if t["fault"] is None:
+            assert sessions[path]["status"] == "ok"
+            assert sessions[path]["entries"] == t["entries"]
