@@ -231,3 +231,23 @@ def test_generated_segment_fleet_matches_its_ground_truth(tmp_path: Path) -> Non
         if t["fault"] is None:
             assert sessions[path]["status"] == "ok"
             assert sessions[path]["entries"] == t["entries"]
+
+
+def test_nightly_carries_segment_ledgers_forward_and_sees_a_cut_history(
+        tmp_path: Path) -> None:
+    led = segment_ledger(400, sealed=True)
+    root = tmp_path / "archive"
+    write_segment_ledger(resolve(str(root)), led)
+    (tmp_path / "keys.json").write_bytes(keys_json([led]))
+    args = ("nightly", str(root), "--out", str(tmp_path / "nightly"), "--workers", "0",
+            "--keys", str(tmp_path / "keys.json"))
+    assert vakpipe(*args, "--date", "2026-12-01").returncode == 0
+    done = vakpipe(*args, "--date", "2026-12-02")
+    assert done.returncode == 0 and "1 unchanged (carried forward)" in done.stdout
+    log = sorted((root / led.path).glob("seg-*.log"))[-1]
+    log.write_bytes(log.read_bytes()[:-40])  # the last frame cut: history shortened
+    done = vakpipe(*args, "--date", "2026-12-03")
+    assert done.returncode == 0, done.stderr
+    findings = by_path(tmp_path / "nightly" / "date=2026-12-03", "integrity/findings")
+    assert {str(f["code"]) for f in findings[led.path]} >= {"frame_torn_tail",
+                                                             "history_truncated"}
