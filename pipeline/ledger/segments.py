@@ -102,8 +102,10 @@ class ChainWalk:
     torn_at: int | None = None
     #: Frames whose stored hash is not their link (index, offset).
     mismatches: list[tuple[int, int]] = field(default_factory=list)
-    #: A length out of bounds: its frame index and offset (nothing after it read).
-    bad_length: tuple[int, int, int] | None = None
+    #: Lengths out of bounds (or past the end, with verified frames after them): the
+    #: frame index, offset, length, and where reading resumed (``None``: nothing after
+    #: it could be read).
+    bad_lengths: list[tuple[int, int, int, int | None]] = field(default_factory=list)
 
 
 def walk_frames(data: bytes, prev: bytes | None) -> ChainWalk:
@@ -117,13 +119,26 @@ def walk_frames(data: bytes, prev: bytes | None) -> ChainWalk:
             walk.torn_at = pos
             break
         length = int.from_bytes(view[pos:pos + 4], "little")
-        if length == 0 or length > MAX_FRAME:
-            walk.bad_length = (n, pos, length)
-            break
         end = pos + 4 + length
-        if end + HASH_LEN > size:
-            walk.torn_at = pos
-            break
+        if length == 0 or length > MAX_FRAME or end + HASH_LEN > size:
+            # No boundary after it is known: look for the next frame that verifies from
+            # the 32 bytes before it (the hash this one stored), and read on from there.
+            after = _resync(view, pos, size)
+            if after is None and 0 < length <= MAX_FRAME:
+                walk.torn_at = pos  # a frame that runs past the end: a torn tail
+                break
+            walk.bad_lengths.append((n, pos, length, after))
+            if after is None:
+                break
+            body = view[pos + 4:after - HASH_LEN]
+            stored = bytes(view[after - HASH_LEN:after])
+            if len(body) and (prev is not None or n > 0) and link(walk.head, body) == stored:
+                # Only its length was changed: its content still reads.
+                walk.frames.append(Frame(n, pos, body[0], bytes(body[1:])))
+            walk.head = stored
+            n += 1
+            pos = after
+            continue
         body = view[pos + 4:end]
         stored = bytes(view[end:end + HASH_LEN])
         if (prev is not None or n > 0) and link(walk.head, body) != stored:
@@ -135,6 +150,27 @@ def walk_frames(data: bytes, prev: bytes | None) -> ChainWalk:
         n += 1
         pos = end + HASH_LEN
     return walk
+
+
+#: How far past a frame whose length is broken the next verifying frame is looked for.
+MAX_RESYNC_BYTES = 4 * 2**20
+
+
+def _resync(view: memoryview, start: int, size: int) -> int | None:
+    """Where the first whole frame after ``start`` lies whose hash verifies from the 32
+    bytes before it (the stored hash of the frame it follows); ``None`` within
+    :data:`MAX_RESYNC_BYTES`. A SHA-256 match is conclusive; most offsets are passed over
+    on their length alone."""
+    p = start + 4 + 1 + HASH_LEN
+    stop = min(size - (4 + 1 + HASH_LEN), start + MAX_RESYNC_BYTES)
+    while p <= stop:
+        length = int.from_bytes(view[p:p + 4], "little")
+        end = p + 4 + length
+        if 0 < length <= MAX_FRAME and end + HASH_LEN <= size and view[p + 4] <= SEALED_FLAG \
+                and link(bytes(view[p - HASH_LEN:p]), view[p + 4:end]) == view[end:end + HASH_LEN]:
+            return p
+        p += 1
+    return None
 
 
 _LOCAL = threading.local()
@@ -370,12 +406,11 @@ def _seals(data: bytes, report: SegmentReport) -> dict[int, SealEntry]:
     for index, offset in walk.mismatches:
         report.findings.append(Finding(Code.SEALS_LOG_BROKEN, None, None,
                                        f"{_at(SEALS, index, offset)}: hash does not match"))
-    if walk.bad_length is not None:
-        index, offset, length = walk.bad_length
+    for index, offset, length, after in walk.bad_lengths:
         report.findings.append(Finding(
             Code.SEALS_LOG_BROKEN, None, None,
-            f"{_at(SEALS, index, offset)}: frame length {length:,} out of bounds; "
-            f"{len(data) - offset:,} bytes after it unread"))
+            f"{_at(SEALS, index, offset)}: frame length {length:,} is wrong; "
+            + _resumed(len(data), offset, after)))
     if walk.torn_at is not None:
         report.findings.append(Finding(
             Code.SEALS_LOG_TORN_TAIL, None, None,
@@ -529,11 +564,11 @@ def _segment(name: str, n: int, walk: ChainWalk, data: bytes, seal: SealEntry | 
                Code.SEGMENT_DISCONTINUITY else "hash does not match (the chain is broken "
                "here; the frames after it are read from its stored hash)")
         add(Finding(code, None, None, f"{_at(name, index, offset)}: {why}"))
-    if walk.bad_length is not None:
-        index, offset, length = walk.bad_length
+    for index, offset, length, after in walk.bad_lengths:
         add(Finding(Code.FRAME_LENGTH, None, None,
-                    f"{_at(name, index, offset)}: frame length {length:,} out of bounds "
-                    f"(1 to {MAX_FRAME:,}); {len(data) - offset:,} bytes after it unread"))
+                    f"{_at(name, index, offset)}: frame length {length:,} is wrong (out of "
+                    f"1 to {MAX_FRAME:,}, or past the end); " + _resumed(len(data), offset,
+                                                                       after)))
     if walk.torn_at is not None:
         code = Code.SEALED_SEGMENT_MISMATCH if sealed_file else Code.FRAME_TORN_TAIL
         add(Finding(code, None, None,
@@ -557,6 +592,12 @@ def _segment(name: str, n: int, walk: ChainWalk, data: bytes, seal: SealEntry | 
             yield line
     if walk.frames:
         report.head = walk.head.hex()
+
+
+def _resumed(size: int, offset: int, after: int | None) -> str:
+    if after is None:
+        return f"{size - offset:,} bytes after it unread (no frame after it verifies)"
+    return f"reading resumed at byte {after:,}, the next frame that verifies"
 
 
 def _why_sealed(report: SegmentReport, content: _Content) -> str:

@@ -206,9 +206,7 @@ def segment_ledger(seed: int, *, segments: int = 3, sealed: bool = True,
     scope = f"conversation:{session.session_id}"
     files["KEY"] = scope.encode() + b"\n"
     files["LOCK"] = b""
-    if fault == "frame_length":
-        count -= len(chunks[-1]) - 1
-    elif fault == "frame_torn_tail":
+    if fault == "frame_torn_tail":
         count -= 1
     elif fault in ("segment_dropped", "segment_missing", "sealed_segment_malformed"):
         count -= len(chunks[0 if fault == "segment_dropped" else last - 2])
@@ -223,7 +221,8 @@ def _apply(fault: str | None, files: dict[str, bytes], seals: list[SealEntry], l
     log = f"seg-{last:08d}.log"
     older = f"seg-{last - 1:08d}.sealed"
     if fault == "frame_length":
-        # The second frame's length zeroed: nothing after it can be located.
+        # The second frame's length zeroed: the reader finds the next frame by its hash,
+        # and the zeroed one's content too (its body and hash are intact).
         first = int.from_bytes(files[log][:4], "little")
         at = 4 + first + 32
         files[log] = files[log][:at] + b"\x00\x00\x00\x00" + files[log][at + 4:]

@@ -194,3 +194,14 @@ def test_a_flipped_bit_is_always_reported(seed: int, data: st.DataObject) -> Non
     lines = read_segment_ledger(files, files.__getitem__, keys_of(led))
     list(lines)
     assert any(f.severity >= Severity.WARNING for f in lines.report.findings)
+
+
+@pytest.mark.parametrize("sealed", [True, False])
+def test_after_a_broken_length_reading_resumes_at_the_next_verifying_frame(
+        sealed: bool) -> None:
+    led = segment_ledger(13, sealed=sealed, fault="frame_length")
+    lines, out = read(led, keys_of(led))
+    (finding,) = lines.report.findings
+    assert finding.code is Code.FRAME_LENGTH and "reading resumed at byte" in finding.detail
+    # Only the length was zeroed: that frame's content reads too, and all after it.
+    assert out == led.lines
