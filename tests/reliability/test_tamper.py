@@ -208,7 +208,7 @@ def test_a_rewritten_prefix_with_an_entry_that_crashes_is_still_history_rewritte
 
     # The nightly's read and replay call both from replay_partitions.
     monkeypatch.setattr(replay_partitions,
-                        "replay_spooled" if where == "replay" else "audit_session", boom)
+                        "replay_spooled" if where == "replay" else "audit_lines", boom)
     for day in (D2, D3):  # reported every night until the session replays
         assert memory_night(out, day) == EXIT_PARTIAL
         found = codes(Path(out), day, key.path)
