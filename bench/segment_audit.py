@@ -28,10 +28,12 @@ import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 from bench.common import MB, best_of
 from pipeline.audit.segments import audit_lines
 from pipeline.io.storage import enumerate_sessions, resolve, use_keys
-from pipeline.ledger.keys import StaticKeys, open_sealed
+from pipeline.ledger.keys import StaticKeys
 from pipeline.ledger.layout import segment_member
 from pipeline.ledger.segments import MAGIC, read_segment_ledger
 from pipeline.run.orchestrate import run_audit
@@ -56,6 +58,7 @@ def floor(root: Path, keys: StaticKeys) -> int:
     frames = 0
     for folder in sorted({p.parent for p in root.rglob("seg-*")}):
         key = keys.scope_key((folder / "KEY").read_text().strip())
+        aead = AESGCM(key) if key is not None else None
         for path in sorted(folder.glob("seg-*")):
             data = path.read_bytes()
             if path.suffix == ".sealed":
@@ -67,8 +70,8 @@ def floor(root: Path, keys: StaticKeys) -> int:
                 body = data[pos + 4:pos + 4 + length]
                 prev = hashlib.sha256(prev + length.to_bytes(4, "little") + body).digest()
                 payload = body[1:]
-                if body[0] & 1 and key is not None:
-                    payload = open_sealed(key, payload, n.to_bytes(8, "little"))
+                if body[0] & 1 and aead is not None:
+                    payload = aead.decrypt(payload[:12], payload[12:], n.to_bytes(8, "little"))
                 dctx.decompressobj().decompress(payload)
                 pos += 4 + length + 32
                 n += 1

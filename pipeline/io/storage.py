@@ -740,8 +740,8 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
 
 
 def _zstd_file(infile: Any, mode: str = "rb", **kwargs: Any) -> Any:
-    """A zstd-decompressing reader of ``infile`` (pyarrow's codec: fsspec's own needs the
-    ``zstandard`` package, which vakpipe does not depend on)."""
+    """A zstd-decompressing reader of ``infile`` (pyarrow's codec, not fsspec's own
+    ``zstandard`` one: see the registration below)."""
     import pyarrow as pa
 
     # Borrowed: pyarrow closes the file it wraps, and the caller still looks at it.
@@ -764,8 +764,10 @@ class _Borrowed(io.RawIOBase):
         return len(data)
 
 
-if "zstd" not in fsspec.compression.compr:
-    fsspec.compression.register_compression("zstd", _zstd_file, "zst")
+# Always pyarrow's codec for .jsonl.zst, even now that ``zstandard`` is installed (for
+# segment ledgers): its errors are the ones _Decompressing turns into unreadable objects
+# (zstandard's ZstdError is none of them), so a damaged stream reads as before.
+fsspec.compression.register_compression("zstd", _zstd_file, "zst", force=True)
 
 
 class _Decompressing(io.RawIOBase):

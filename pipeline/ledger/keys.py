@@ -24,9 +24,6 @@ import struct
 from collections.abc import Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from pipeline.errors import UsageError
 
 KEY_LEN = 32
@@ -111,21 +108,26 @@ def keys_from_json(text: str | bytes, what: str = "the keys file") -> StaticKeys
     return StaticKeys(keys)
 
 
-def open_sealed(key: bytes, sealed: bytes, aad: bytes) -> bytes:
-    """Open vak's ``nonce (12) || ciphertext || tag (16)`` under AES-256-GCM.
+def open_sealed(key: bytes, sealed: bytes, aad: bytes) -> bytes | None:
+    """Open vak's ``nonce (12) || ciphertext || tag (16)`` under AES-256-GCM; ``None``
+    when it does not open (another key, changed bytes, too short)."""
+    # cryptography is imported on first use: a command that reads no sealed ledger never
+    # pays for it (``vakpipe`` starts in ~0.1 s).
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-    Raises
-    ------
-    InvalidTag
-        Wrong key, or the bytes were changed.
-    """
-    if len(sealed) < NONCE_LEN + 16:
-        raise InvalidTag()
-    return AESGCM(key).decrypt(sealed[:NONCE_LEN], sealed[NONCE_LEN:], aad)
+    if len(sealed) < NONCE_LEN + 16 or len(key) != KEY_LEN:
+        return None
+    try:
+        return AESGCM(key).decrypt(sealed[:NONCE_LEN], sealed[NONCE_LEN:], aad)
+    except InvalidTag:
+        return None
 
 
 def seal_bytes(key: bytes, nonce: bytes, data: bytes, aad: bytes) -> bytes:
     """Seal as vak does: ``nonce || AES-256-GCM(data) || tag`` (for writers and tests)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     return nonce + AESGCM(key).encrypt(nonce, data, aad)
 
 
@@ -154,11 +156,8 @@ def unwrap_scope_key(blob: bytes, keks: Mapping[int, bytes], scope: str) -> byte
     kek = keks.get(version)
     if kek is None or name != scope.encode("utf-8"):
         return None
-    try:
-        key = open_sealed(kek, blob[8 + length:], blob[:4] + name)
-    except InvalidTag:
-        return None
-    return key if len(key) == KEY_LEN else None
+    key = open_sealed(kek, blob[8 + length:], blob[:4] + name)
+    return key if key is not None and len(key) == KEY_LEN else None
 
 
 def open_key_file(text: str, passphrase: str) -> dict[int, bytes]:
@@ -185,9 +184,12 @@ def open_key_file(text: str, passphrase: str) -> dict[int, bytes]:
     except ValueError:
         raise UsageError(f"the key file is not a vak key file ({KEY_FILE_MAGIC})") from None
     secret = hashlib.pbkdf2_hmac("sha256", passphrase.encode("utf-8"), salt, iterations)
+    opened = open_sealed(secret, sealed, KEY_FILE_MAGIC.encode())
     try:
-        plain = open_sealed(secret, sealed, KEY_FILE_MAGIC.encode()).decode("utf-8")
-    except (InvalidTag, UnicodeDecodeError):
+        if opened is None:
+            raise ValueError
+        plain = opened.decode("utf-8")
+    except ValueError:
         raise UsageError("the key file does not open with the passphrase given") from None
     keks: dict[int, bytes] = {}
     # Every KEK version, oldest first: version n is the n-th (0-based), as vak's vault

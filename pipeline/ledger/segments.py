@@ -27,13 +27,15 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import orjson
-import zstandard
-from cryptography.exceptions import InvalidTag
 
 from pipeline.ledger.keys import KeyProvider, open_sealed
 from pipeline.ledger.types import Code, Finding
+
+if TYPE_CHECKING:
+    import zstandard
 
 GENESIS = bytes(32)
 #: The largest frame body vak writes (``len``: flags and payload).
@@ -181,6 +183,8 @@ def _dctx() -> zstandard.ZstdDecompressor:
     # decompressing a small entry).
     dctx: zstandard.ZstdDecompressor | None = getattr(_LOCAL, "dctx", None)
     if dctx is None:
+        import zstandard
+
         dctx = _LOCAL.dctx = zstandard.ZstdDecompressor()
     return dctx
 
@@ -194,6 +198,10 @@ def decompress(data: bytes, limit: int = MAX_ENTRY_BYTES) -> bytes:
     ValueError
         Not zstd, truncated, or larger than ``limit``.
     """
+    # zstandard is imported on first use (a command reading no segment ledger never
+    # loads it); after that the import is a dictionary look-up.
+    import zstandard
+
     try:
         size = zstandard.frame_content_size(data)
         if 0 <= size <= limit:
@@ -343,12 +351,12 @@ class _Content:
         if frame.flags & SEALED_FLAG:
             if self.key is None:
                 return None
-            try:
-                payload = open_sealed(self.key, payload, frame.index.to_bytes(8, "little"))
-            except InvalidTag:
+            opened = open_sealed(self.key, payload, frame.index.to_bytes(8, "little"))
+            if opened is None:
                 self.fail(where, "does not open under the scope key (another key, or "
                                  "changed before it was chained)")
                 return None
+            payload = opened
             self.report.opened_frames += 1
         try:
             raw = decompress(payload)
