@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
 from pipeline.errors import UsageError
@@ -122,6 +122,25 @@ def open_sealed(key: bytes, sealed: bytes, aad: bytes) -> bytes | None:
         return AESGCM(key).decrypt(sealed[:NONCE_LEN], sealed[NONCE_LEN:], aad)
     except InvalidTag:
         return None
+
+
+def opener(key: bytes) -> Callable[[bytes, bytes], bytes | None]:
+    """:func:`open_sealed` under one key, its cipher made once (per ledger, not per
+    frame)."""
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    decrypt = AESGCM(key).decrypt
+
+    def open_one(sealed: bytes, aad: bytes) -> bytes | None:
+        if len(sealed) < NONCE_LEN + 16:
+            return None
+        try:
+            return decrypt(sealed[:NONCE_LEN], sealed[NONCE_LEN:], aad)
+        except InvalidTag:
+            return None
+
+    return open_one
 
 
 def seal_bytes(key: bytes, nonce: bytes, data: bytes, aad: bytes) -> bytes:

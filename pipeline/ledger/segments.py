@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from pipeline.ledger.keys import KeyProvider, open_sealed
+from pipeline.ledger.keys import KEY_LEN, KeyProvider, opener
 from pipeline.ledger.types import Code, Finding
 
 if TYPE_CHECKING:
@@ -338,6 +338,7 @@ class _Content:
         self.unreadable = 0
         #: Why there is no key, when known (a shredded scope).
         self.why: str | None = None
+        self._open: Callable[[bytes, bytes], bytes | None] | None = None
 
     def fail(self, where: str, why: str) -> None:
         self.unreadable += 1
@@ -351,7 +352,9 @@ class _Content:
         if frame.flags & SEALED_FLAG:
             if self.key is None:
                 return None
-            opened = open_sealed(self.key, payload, frame.index.to_bytes(8, "little"))
+            if self._open is None:
+                self._open = opener(self.key)
+            opened = self._open(payload, frame.index.to_bytes(8, "little"))
             if opened is None:
                 self.fail(where, "does not open under the scope key (another key, or "
                                  "changed before it was chained)")
@@ -485,6 +488,8 @@ def _read(names: list[str], read: Callable[[str], bytes], keys: KeyProvider | No
         report.scope = scope or None
     if report.scope is not None and keys is not None:
         key = keys.scope_key(report.scope)
+        if key is not None and len(key) != KEY_LEN:
+            key = None  # a provider's bad value: no key, never a crash
     seals = _seals(read(SEALS), report) if SEALS in names else {}
     content = _Content(key, report)
     if key is None and report.scope is not None and keys is not None \
