@@ -40,6 +40,12 @@ def print_summary(summary: RunSummary) -> None:
                                              for k in sorted(summary.skipped_examples)))
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items()))
     echo(f"  status: {statuses}")
+    segments = summary.storages.get("segments", 0)
+    if segments:
+        # Segment ledgers (docs/segments.md): how many, and whether their content was read.
+        contents = ", ".join(f"{c} {summary.storages.get(f'segments:{c}', 0)}"
+                             for c in ("plain", "opened", "sealed"))
+        echo(f"  segment ledgers: {segments} ({contents})")
     if summary.codes:
         echo("  findings by code:")
         width = max(len(c) for c in summary.codes)

@@ -32,8 +32,9 @@ def compact_job(root: Location, out: Location, options: ReplayOptions,
                      workers=workers, progress=progress, max_line_bytes=max_line_bytes)
 
 
-def print_compaction_summary(summary: RunSummary) -> None:
-    """Print a compaction run's summary: the audit's, then what the budget needs."""
+def print_compaction_summary(summary: RunSummary, *, write_archive: bool = False) -> None:
+    """Print a compaction run's summary: the audit's, then what the budget needs (and,
+    with ``write_archive``, that segment ledgers are not copied)."""
     print_summary(summary)
     c = summary.compaction
     click.echo(f"  compaction: {c['sessions_needing_packets']:,} of {summary.sessions:,} "
@@ -42,4 +43,9 @@ def print_compaction_summary(summary: RunSummary) -> None:
     if c["archive_sessions"]:
         click.echo(f"  compacted archive: {c['archive_sessions']:,} ledgers under "
                    f"{summary.out}/archive")
+    segments = summary.storages.get("segments", 0)
+    if write_archive and segments:
+        click.echo(f"  segment ledgers: {segments:,} not copied into the compacted archive "
+                   "(a copy would be their decrypted content); their packets say "
+                   "archived: false")
     click.echo(f"  table: {summary.out}/compaction")

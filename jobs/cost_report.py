@@ -88,6 +88,9 @@ class CostOutcome:
     breakdown: CostReport | None = None
     #: ``--budgets``: each budget in each period of the window.
     budgets: tuple[BudgetStatus, ...] = ()
+    #: Segment ledgers whose content is sealed (no key): their usage could not be read,
+    #: so it is not priced, and the summary says so (docs/segments.md).
+    sealed: int = 0
 
     @property
     def partial(self) -> bool:
@@ -314,6 +317,7 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
     prices = load_prices(prices_path)
     usage, requests, compaction, source = _read(out)
     run_id = source.run_id
+    sealed = pc.sum(pc.equal(usage["kind"], "sealed")).as_py() or 0
     usage, copies = drop_copies(usage)
     if timezone is not None or {"week", "month"} & set(by):  # else the audit's UTC days
         usage = with_periods(usage, timezone)
@@ -362,7 +366,7 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
                     run_id=run_id, source=out.url, base=out if report_dir is None else dest)
     return CostOutcome(dest.url, tuple(files), run_id, usage.num_rows, totals, grouped, copies,
                        source, empty, tuple(by), since, until, timezone, (first, last),
-                       split, statuses)
+                       split, statuses, sealed)
 
 
 def print_cost_summary(outcome: CostOutcome) -> None:
@@ -378,6 +382,10 @@ def print_cost_summary(outcome: CostOutcome) -> None:
             click.echo(f"vakpipe: warning: {word}: {terminal_safe(status.line())}", err=True)
     if outcome.empty_window is not None:
         click.echo(f"vakpipe: {outcome.empty_window}", err=True)
+    if outcome.sealed:
+        click.echo(f"vakpipe: warning: {outcome.sealed:,} segment ledgers are sealed (no key "
+                   "for their scope): their usage is not read, so not priced (--keys)",
+                   err=True)
     if outcome.grouped.table.num_rows:
         tz = f", days in {outcome.timezone}" if outcome.timezone else ""
         click.echo(f"cost by {', '.join(outcome.by) or 'nothing (one total)'}{tz}:")
@@ -403,6 +411,9 @@ def print_cost_summary(outcome: CostOutcome) -> None:
         click.echo(f"  {label:<20} ${float(t[name].total):>14,.4f}")
     if outcome.grouped.unknown:
         click.echo(f"  NOT PRICED: {len(outcome.grouped.unknown)} unknown model(s), see stderr")
+    if outcome.sealed:
+        click.echo(f"  NOT PRICED: {outcome.sealed:,} sealed segment ledgers (no key), "
+                   "see stderr")
     click.echo(f"  report: {', '.join(outcome.files)}")
 
 

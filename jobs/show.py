@@ -21,8 +21,9 @@ from pipeline.io.storage import (
     storage_error,
     storage_errors,
 )
-from pipeline.ledger.layout import SessionKey, parse_session_path
+from pipeline.ledger.layout import SEGMENTS, SessionKey, parse_session_path, segment_member
 from pipeline.ledger.redact import redact
+from pipeline.ledger.segments import is_ledger
 from pipeline.ledger.types import Code
 from pipeline.replay.projection import get_rule_set
 from pipeline.replay.scopes import parse_scope
@@ -63,6 +64,18 @@ def session_object(url: str, storage_options: dict[str, Any] | None = None
     except storage_errors() as err:
         raise storage_error(err, url) from err
     if info.get("type", "file") != "file":
+        try:
+            names = [posixpath.basename(n.rstrip("/"))
+                     for n in loc.filesystem().ls(loc.path, detail=False)]
+        except storage_errors() as err:
+            raise storage_error(err, url) from err
+        if is_ledger(names):
+            # A segment ledger directory (docs/segments.md): one ledger too.
+            name = posixpath.basename(loc.path.rstrip("/"))
+            tail = "/".join([*loc.path.rstrip("/").split("/")[-5:], "KEY"])
+            key = segment_member(tail) or SessionKey(name, "vak", "-", name,
+                                                     storage=SEGMENTS)
+            return loc, SessionObject(key, loc.path.rstrip("/"), 0, None)
         raise UsageError(f"{url}: a folder, not one ledger (vakpipe replay reads a whole "
                          "archive)")
     name = posixpath.basename(loc.path)

@@ -116,6 +116,39 @@ def force_option(f: F) -> F:
     return option(run_forced)  # type: ignore[return-value]
 
 
+def keys_option(f: F) -> F:
+    """``--keys FILE`` and vak's key material (``--vak-key-file``, ``--vak-tenant``, the
+    passphrase in ``$VAKPIPE_KEY_PASSPHRASE``): the keys that open sealed segment
+    ledgers (docs/segments.md). Loaded before the command runs; every location the
+    command resolves then carries them to its workers
+    (:func:`pipeline.io.storage.use_keys`)."""
+    @functools.wraps(f)
+    def run_with_keys(*args: Any, keys_path: str | None, vak_key_file: str | None,
+                      vak_tenant: str | None, **kwargs: Any) -> Any:
+        from pipeline.io.segments import load_keys
+        from pipeline.io.storage import use_keys
+
+        use_keys(load_keys(keys_path, vak_key_file, vak_tenant))
+        try:
+            return f(*args, **kwargs)
+        finally:
+            use_keys(None)
+
+    options = _options(
+        click.option("--keys", "keys_path", default=None, metavar="FILE",
+                     help="JSON object: key scope (a segment ledger's KEY, e.g. "
+                          "conversation:<id>) -> its 32-byte key in hex. Opens sealed "
+                          "segment ledgers; without it they are verified, not read."),
+        click.option("--vak-key-file", default=None, metavar="FILE",
+                     help="vak's passphrase-sealed key file (passphrase in "
+                          "$VAKPIPE_KEY_PASSPHRASE), with --vak-tenant."),
+        click.option("--vak-tenant", default=None, metavar="DIR",
+                     help="The vak tenant home whose keys/scopes/ holds the wrapped "
+                          "scope keys (with --vak-key-file)."),
+    )
+    return options(run_with_keys)  # type: ignore[return-value]
+
+
 _BYTE_SIZE = re.compile(r"\s*(\d+)\s*([A-Za-z]*)\s*")
 _BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "k": 2**10,
                "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}

@@ -9,6 +9,7 @@ from pipeline.cli._options import (
     build_replay_options,
     cluster_options,
     force_option,
+    keys_option,
     max_line_option,
     progress_option,
     replay_options,
@@ -34,6 +35,7 @@ from pipeline.io.storage import parse_storage_options, resolve
 @max_line_option
 @force_option
 @json_option
+@keys_option
 def audit(root: str, out: str, scheduler: str | None, workers: int | None,
           storage_options: tuple[str, ...], fail_on: str | None, progress: bool | None,
           replay: bool, rules: str, planner: bool, catalog_path: str | None,
@@ -66,6 +68,7 @@ def audit(root: str, out: str, scheduler: str | None, workers: int | None,
 @max_line_option
 @force_option
 @json_option
+@keys_option
 def replay(root: str, out: str, session_ids: tuple[str, ...], rules: str, planner: bool,
            catalog_path: str | None, window: int | None, scope: str | None,
            scheduler: str | None, workers: int | None, storage_options: tuple[str, ...],

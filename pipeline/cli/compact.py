@@ -11,6 +11,7 @@ from pipeline.cli._options import (
     build_replay_options,
     cluster_options,
     force_option,
+    keys_option,
     max_line_option,
     progress_option,
     session_option,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 @max_line_option
 @force_option
 @json_option
+@keys_option
 def compact(root: str, out: str, window: int | None, what_if_model: str | None,
             summariser: str, summariser_url: str | None, summariser_model: str | None,
             summary_tokens: int, write_archive: bool, rules: str, catalog_path: str | None,
@@ -72,7 +74,7 @@ def compact(root: str, out: str, window: int | None, what_if_model: str | None,
                            summariser_model, summary_tokens, write_archive, rules,
                            catalog_path, session_ids, scheduler, workers, storage_options,
                            progress, max_line_bytes)
-        print_compaction_summary(summary)
+        print_compaction_summary(summary, write_archive=write_archive)
         doc.set(summary_json(summary))
         exit_on(None, summary)
 

@@ -9,6 +9,7 @@ import click
 
 from pipeline.cli._exits import EXIT_BUDGET, EXIT_FINDINGS, EXIT_PARTIAL
 from pipeline.cli._options import (
+    keys_option,
     storage_option,
 )
 from pipeline.cli._output import JsonDocument, json_option, json_output
@@ -52,6 +53,7 @@ from pipeline.io.storage import parse_storage_options, resolve
               help="Exit 0 when the priced run is partial (still said; default: exit 3).")
 @storage_option
 @json_option
+@keys_option
 def cost(source: str, run_out: str | None, since: datetime | None, until: datetime | None,
          by_text: str, timezone: str | None, breakdown: bool, budgets_path: str | None,
          as_of: datetime | None, prices_path: str | None, report_dir: str | None,

@@ -19,9 +19,14 @@ from pipeline.io.storage import parse_storage_options, resolve
 @click.option("--force", is_flag=True,
               help="Write into a folder that is not empty (adds sessions; replaces "
                    "ground-truth.json).")
+@click.option("--segment-ledgers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Also write this many of vak's record-segment ledgers (docs/segments.md).")
+@click.option("--keys-out", default=None, metavar="FILE",
+              help="Write the segment ledgers' keys here, as --keys reads them.")
 @storage_option
 @json_option
 def generate(out: str, sessions: int, seed: int, faults: bool, force: bool,
+             segment_ledgers: int, keys_out: str | None,
              storage_options: tuple[str, ...], as_json: bool) -> None:
     """Write a synthetic fleet in vak's wire format under OUT (an empty folder, unless
     --force), with its ground truth."""
@@ -33,5 +38,18 @@ def generate(out: str, sessions: int, seed: int, faults: bool, force: bool,
                               exclusive=not force)
         click.echo(f"wrote {written.sessions} sessions, {written.bytes:,} bytes under {out}; "
                    f"ground truth: {written.truth_path}")
+        segments = 0
+        if segment_ledgers:
+            from pipeline.synth.segments import write_segment_fleet
+
+            made, keys = write_segment_fleet(loc, segment_ledgers, seed=seed, faults=faults)
+            segments = len(made)
+            if keys_out is not None:
+                with open(keys_out, "wb") as f:
+                    f.write(keys)
+            click.echo(f"wrote {len(made)} segment ledgers; ground truth: "
+                       f"{loc.join('segment-ground-truth.json')}"
+                       + (f"; keys: {keys_out}" if keys_out else ""))
         doc.set({"out": out, "sessions": written.sessions, "bytes": written.bytes,
-                 "seed": seed, "faults": faults, "ground_truth": str(written.truth_path)})
+                 "seed": seed, "faults": faults, "ground_truth": str(written.truth_path),
+                 "segment_ledgers": segments})

@@ -12,6 +12,7 @@ from pipeline.cli._options import (
     build_replay_options,
     cluster_options,
     force_option,
+    keys_option,
     max_line_option,
     progress_option,
     replay_options,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 @max_line_option
 @force_option
 @json_option
+@keys_option
 def nightly(root: str, out: str, day: datetime | None, compaction: bool,
             baseline_day: datetime | None, rebaseline: bool, rules: str,
             planner: bool, catalog_path: str | None, window: int | None,

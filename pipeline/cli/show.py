@@ -6,6 +6,7 @@ import click
 
 from pipeline.cli._options import (
     build_replay_options,
+    keys_option,
     max_line_option,
     replay_options,
     storage_option,
@@ -22,6 +23,7 @@ from pipeline.io.storage import parse_storage_options
 @click.option("--full", is_flag=True, help="Print every text whole (default: cut long ones).")
 @max_line_option
 @json_option
+@keys_option
 def show(session: str, scope: str, rules: str, planner: bool, catalog_path: str | None,
          window: int | None, storage_options: tuple[str, ...], full: bool,
          max_line_bytes: int, as_json: bool) -> None:

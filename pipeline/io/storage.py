@@ -31,13 +31,19 @@ from pipeline.errors import (
     UnsafeOutputError,
     UsageError,
 )
+from pipeline.io.segments import directory_version, segment_lines
+from pipeline.ledger.keys import KeyProvider
 from pipeline.ledger.layout import (
     LAYOUTS,
+    SEGMENTS,
+    VAK_AGENT,
     SessionKey,
     flat_session_key,
     ledger_stem,
     parse_session_path,
+    segment_member,
 )
+from pipeline.ledger.segments import is_ledger, is_member
 from pipeline.ledger.types import OversizeLine
 
 #: Protocols whose paths are object keys under a bucket, with no folders to create.
@@ -126,6 +132,10 @@ class Location:
     protocol: str
     path: str
     storage_options: dict[str, Any] = field(default_factory=dict, hash=False)
+    #: The keys that open sealed segment ledgers read below this location (``--keys``;
+    #: docs/segments.md). Never shown: not in the ``repr``, and a provider's own
+    #: ``repr`` names no key.
+    keys: KeyProvider | None = field(default=None, repr=False, compare=False, hash=False)
 
     def filesystem(self) -> fsspec.AbstractFileSystem:
         """The fsspec filesystem behind this location (one cached instance per process).
@@ -227,7 +237,18 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
             options["profile"] = os.environ["AWS_PROFILE"]
     if protocol == "file":
         path = os.path.abspath(path)
-    return Location(url, protocol, path.rstrip("/") or "/", options)
+    return Location(url, protocol, path.rstrip("/") or "/", options, keys=_KEYS[0])
+
+
+#: The key provider of this process's command (``--keys``), attached to every location
+#: it resolves, so the keys travel with the root to every worker (:func:`use_keys`).
+_KEYS: list[KeyProvider | None] = [None]
+
+
+def use_keys(keys: KeyProvider | None) -> None:
+    """Make ``keys`` the key provider of the locations :func:`resolve` returns from now
+    on in this process (the CLI's ``--keys``)."""
+    _KEYS[0] = keys
 
 
 #: Characters a name under an output may not hold: another system's separator, NUL and
@@ -475,10 +496,18 @@ def enumerate_sessions(root: Location) -> Listing:
     sessions: list[SessionObject] = []
     skipped: list[str] = []
     candidates: list[tuple[str, str, dict[str, Any]]] = []
+    # Segment ledger directories (docs/segments.md): their members, grouped.
+    folders: dict[str, tuple[SessionKey, list[tuple[str, dict[str, Any]]]]] = {}
     for full_path, info in found.items():
         relative = full_path[len(prefix):] if full_path.startswith(prefix) else full_path
         if single:
             relative = posixpath.basename(full_path)
+        member = None if single else segment_member(relative)
+        if member is not None and info.get("type", "file") == "file" \
+                and not _dangling_link(root, full_path, info):
+            folders.setdefault(member.path, (member, []))[1].append(
+                (posixpath.basename(relative), info))
+            continue
         key = None if single else parse_session_path(relative)
         dangling = _dangling_link(root, full_path, info)
         if key is not None and (info.get("type", "file") == "file" or dangling):
@@ -488,6 +517,24 @@ def enumerate_sessions(root: Location) -> Listing:
                 info.get("type", "file") == "file" or dangling):
             candidates.append((relative, full_path, info))
         skipped.append(relative)
+    for folder, (key, members) in folders.items():
+        if is_ledger(name for name, _ in members):
+            sessions.append(SessionObject(key, root.join(folder),
+                                          sum(int(i.get("size") or 0) for _, i in members),
+                                          directory_version(members, object_version)))
+        else:
+            skipped.extend(f"{folder}/{name}" for name, _ in members)
+    top = [(r, info) for r in skipped if "/" not in r
+           for info in [found.get(f"{prefix}{r}", {})] if info.get("type", "file") == "file"]
+    if not sessions and not single and is_ledger(r for r, _ in top):
+        # The root is itself one segment ledger directory (as `show` takes it).
+        name = posixpath.basename(root.path.rstrip("/"))
+        members = [(r, i) for r, i in top if is_member(r)]
+        sessions.append(SessionObject(
+            SessionKey(name, VAK_AGENT, "-", name, storage=SEGMENTS), root.path.rstrip("/"),
+            sum(int(i.get("size") or 0) for _, i in members),
+            directory_version(members, object_version)))
+        skipped = [r for r in skipped if not ("/" not in r and is_member(r))]
     if not sessions and candidates:
         # None of the layouts: the root is one ledger, or a flat folder of them.
         flat = _flat_sessions(root, candidates, single)
@@ -659,6 +706,13 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
     if obj.unreadable is not None:
         # Known at listing time (a dangling link): never opened, so never followed.
         raise FileNotFoundError(obj.unreadable)
+    if obj.key.storage == SEGMENTS:
+        # A directory of vak's record segments: its entries as the lines of a JSONL
+        # projection, its integrity on the lines' report (docs/segments.md).
+        local = issubclass(fsspec.get_filesystem_class(root.protocol), LocalFileSystem)
+        yield segment_lines(root.filesystem(), obj.full_path, root.keys, local=local,
+                            max_line_bytes=max_line_bytes, tap=tap)
+        return
     codec = obj.key.compression
     if issubclass(fsspec.get_filesystem_class(root.protocol), LocalFileSystem):
         # The OS file directly: fsspec's local wrapper adds a Python call per buffer fill
@@ -686,8 +740,8 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
 
 
 def _zstd_file(infile: Any, mode: str = "rb", **kwargs: Any) -> Any:
-    """A zstd-decompressing reader of ``infile`` (pyarrow's codec: fsspec's own needs the
-    ``zstandard`` package, which vakpipe does not depend on)."""
+    """A zstd-decompressing reader of ``infile`` (pyarrow's codec, not fsspec's own
+    ``zstandard`` one: see the registration below)."""
     import pyarrow as pa
 
     # Borrowed: pyarrow closes the file it wraps, and the caller still looks at it.
@@ -710,8 +764,10 @@ class _Borrowed(io.RawIOBase):
         return len(data)
 
 
-if "zstd" not in fsspec.compression.compr:
-    fsspec.compression.register_compression("zstd", _zstd_file, "zst")
+# Always pyarrow's codec for .jsonl.zst, even now that ``zstandard`` is installed (for
+# segment ledgers): its errors are the ones _Decompressing turns into unreadable objects
+# (zstandard's ZstdError is none of them), so a damaged stream reads as before.
+fsspec.compression.register_compression("zstd", _zstd_file, "zst", force=True)
 
 
 class _Decompressing(io.RawIOBase):

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pipeline.ledger.segments import is_member
+
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
 _MASK64 = (1 << 64) - 1
@@ -49,6 +51,9 @@ class SessionKey:
     #: A subagent transcript whose parent file the listing does not hold (set at
     #: enumeration, which sees the whole listing; the audit reports it).
     parent_missing: bool = False
+    #: How the ledger is stored: ``jsonl`` (one object, the path's) or ``segments`` (a
+    #: directory of vak's record segments, the path's; docs/segments.md).
+    storage: str = "jsonl"
 
     @property
     def compression(self) -> str | None:
@@ -69,7 +74,8 @@ VAK_AGENT = "vak"
 SUFFIXES: dict[str, str | None] = {".jsonl": None, ".jsonl.gz": "gzip", ".jsonl.zst": "zstd"}
 #: The layouts an archive root may hold, as an error message lists them.
 LAYOUTS = ("agents/<agent>/sessions/<cwd hash>/<session>.jsonl (vak), "
-           "[.../]projects/<dir>/<session>.jsonl (Claude Code), "
+           "agents/<agent>/sessions/<cwd hash>/<session>/seg-*.log|.sealed (vak's record "
+           "segments), [.../]projects/<dir>/<session>.jsonl (Claude Code), "
            "[.../]sessions/YYYY/MM/DD/rollout-*.jsonl (Codex), or a single ledger file or a "
            "flat folder of them (.jsonl, .jsonl.gz, .jsonl.zst)")
 #: The session id (a UUID) a Codex rollout's file name ends with.
@@ -111,6 +117,29 @@ def parse_session_path(relative: str) -> SessionKey | None:
             found = _ROLLOUT_ID.search(stem)
             return SessionKey(relative, CODEX, "-".join(day), found.group(0) if found else stem)
     return None
+
+
+JSONL = "jsonl"
+SEGMENTS = "segments"
+
+
+def segment_member(relative: str) -> SessionKey | None:
+    """The key of the segment ledger a file belongs to, or ``None``.
+
+    ``agents/<agent>/sessions/<cwd hash>/<session id>/<member>`` where the member is a
+    ``seg-N.log``/``.sealed``/``.sealing``, ``seals.log``, ``KEY`` or ``LOCK``
+    (:func:`~pipeline.ledger.segments.is_member`); the key's path is the directory's.
+    Whether the directory is a ledger (it holds a segment or ``seals.log``) is the
+    listing's to say, which sees all its files.
+    """
+    parts = relative.split("/")
+    if len(parts) != 6 or parts[0] != "agents" or parts[2] != "sessions" \
+            or not is_member(parts[5]):
+        return None
+    for segment in parts:
+        if segment in ("", ".", "..") or any(ord(c) < 0x20 or c == "\\" for c in segment):
+            return None
+    return SessionKey("/".join(parts[:5]), parts[1], parts[3], parts[4], storage=SEGMENTS)
 
 
 def ledger_stem(name: str) -> str | None:

@@ -98,6 +98,23 @@ class Code(enum.Enum):
     HISTORY_TRUNCATED = ("history_truncated", Severity.ERROR)
     HISTORY_REWRITTEN = ("history_rewritten", Severity.ERROR)
     SESSION_MISSING = ("session_missing", Severity.ERROR)
+    # record-segment ledgers (docs/segments.md): frames, sealed segments, seals.log
+    FRAME_LENGTH = ("frame_length", Severity.ERROR)
+    FRAME_HASH_MISMATCH = ("frame_hash_mismatch", Severity.ERROR)
+    FRAME_TORN_TAIL = ("frame_torn_tail", Severity.WARNING)
+    FRAME_UNREADABLE = ("frame_unreadable", Severity.ERROR)
+    SEGMENT_DISCONTINUITY = ("segment_discontinuity", Severity.ERROR)
+    SEALED_SEGMENT_MALFORMED = ("sealed_segment_malformed", Severity.ERROR)
+    SEALED_SEGMENT_MISMATCH = ("sealed_segment_mismatch", Severity.ERROR)
+    SEALED_SEGMENT_UNRECORDED = ("sealed_segment_unrecorded", Severity.ERROR)
+    SEALS_LOG_BROKEN = ("seals_log_broken", Severity.ERROR)
+    SEALS_LOG_TORN_TAIL = ("seals_log_torn_tail", Severity.WARNING)
+    SEAL_INTERRUPTED = ("seal_interrupted", Severity.WARNING)
+    LOG_BESIDE_SEALED = ("log_beside_sealed", Severity.WARNING)
+    SEGMENT_DROPPED = ("segment_dropped", Severity.INFO)
+    SEGMENT_MISSING = ("segment_missing", Severity.ERROR)
+    SEGMENT_NOT_SEALED = ("segment_not_sealed", Severity.ERROR)
+    CONTENT_SEALED = ("content_sealed", Severity.INFO)
     # decided here (docs/audit.md): the object could not be read at all
     UNREADABLE_OBJECT = ("unreadable_object", Severity.ERROR)
     # ... it changed under the reader twice in a row (a live object): audited next run

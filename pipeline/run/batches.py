@@ -17,7 +17,8 @@ from typing import IO
 import pyarrow as pa
 
 from pipeline.audit.checkpoint import PrefixHasher
-from pipeline.audit.session import SessionAudit, audit_session, verdict
+from pipeline.audit.segments import audit_lines
+from pipeline.audit.session import SessionAudit, verdict
 from pipeline.errors import ObjectChangedError, PipelineError
 from pipeline.io.storage import (
     MAX_LINE_BYTES,
@@ -228,6 +229,7 @@ def _read_once(attempt: Callable[[], SessionAudit], obj: SessionObject,
 def not_audited(key: SessionKey, size: int, finding: Finding) -> SessionAudit:
     """The row of a session reported without reading it (unreadable, missing)."""
     row = {"session_path": key.path, "agent": key.agent, "cwd_hash": key.cwd_hash,
+           "storage": key.storage,
            "parent_session_path": key.parent, "subagent": key.subagent,
            "bytes": size, **verdict([finding])}
     return SessionAudit(row, [finding])
@@ -290,7 +292,7 @@ def read_object(root: Location, obj: SessionObject, context: RunContext, *,
         with open_lines(root, version, max_line_bytes=context.max_line_bytes,
                         tap=_tee(taps)) as lines:
             try:
-                audit = audit_session(version.key, lines, size=version.size, keep=kept)
+                audit = audit_lines(version.key, lines, size=version.size, keep=kept)
             except (*UNCONTAINED, *storage_errors()):
                 raise
             except Exception:

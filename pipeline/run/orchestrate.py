@@ -443,6 +443,9 @@ class RunSummary:
     #: ``session_path``, sorted): what ``--fail-on`` names when it matches.
     severity_codes: Counter[tuple[str, str]] = field(default_factory=Counter)
     status_examples: dict[str, list[str]] = field(default_factory=dict)
+    #: Sessions by storage (``jsonl``, ``segments``) and segment ledgers by content
+    #: (``segments:plain``, ``segments:opened``, ``segments:sealed``; docs/segments.md).
+    storages: Counter[str] = field(default_factory=Counter)
 
     def note(self, result: BatchResult) -> None:
         """Count ``result``'s findings by severity and keep a few sessions per status."""
@@ -452,6 +455,12 @@ class RunSummary:
                                                                    ).to_pylist():
                 self.severity_codes[(row["severity"], row["code"])] += row["code_count"]
         t = result.sessions
+        if t.num_rows and "storage" in t.column_names:
+            for storage, content in zip(t["storage"].to_pylist(), t["content"].to_pylist(),
+                                        strict=True):
+                self.storages[str(storage)] += 1
+                if content is not None:
+                    self.storages[f"{storage}:{content}"] += 1
         if t.num_rows and "status" in t.column_names:
             for status, path in zip(t["status"].to_pylist(), t["session_path"].to_pylist(),
                                     strict=True):

@@ -36,6 +36,7 @@ from pipeline.io.storage import (
     check_output,
     guarded_lines,
 )
+from pipeline.ledger.layout import SEGMENTS
 from pipeline.ledger.reader import Entry, read_ledger, reread_entry
 from pipeline.ledger.types import Code
 from pipeline.replay.catalog import ModelCatalog, load_catalog
@@ -203,7 +204,9 @@ def _write_archive(obj: SessionObject, audit: SessionAudit, spool: IO[bytes],
             or any(f.code is Code.TORN_TAIL for f in audit.findings)
             # A compressed ledger (.jsonl.gz/.zst) is not copied: its copy would be the
             # decompressed bytes under a compressed name (docs/formats.md).
-            or obj.key.compression is not None):
+            or obj.key.compression is not None
+            # Nor a segment ledger: its copy would be decrypted content (docs/segments.md).
+            or obj.key.storage == SEGMENTS):
         return None
     session = audit.row.get("session_id") or obj.key.session_id
     lines = packet_lines(replayed.packets, session, head_id=head_id, head_hash=head_hash,

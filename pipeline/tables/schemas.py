@@ -54,6 +54,10 @@ SESSIONS_SCHEMA = pa.schema(
         *[(f"{k}_tokens_abandoned", pa.int64()) for k in USAGE_KINDS],
         *[(f"billed_{k}_tokens", pa.int64()) for k in USAGE_KINDS],
         *_PROVENANCE,
+        # how the ledger is stored (jsonl, segments) and, for a segment ledger, whether
+        # its content was read: plain, opened (with its key) or sealed (docs/segments.md)
+        ("storage", pa.string()),
+        ("content", pa.string()),
     ]
 )
 

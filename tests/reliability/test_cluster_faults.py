@@ -147,7 +147,7 @@ def poisoned(audit_session):
 
 
 # The one per-object pipeline (read_object) audits for the audit and the replay tasks.
-batches.audit_session = poisoned(batches.audit_session)
+batches.audit_lines = poisoned(batches.audit_lines)
 '''
 
 

@@ -77,7 +77,7 @@ def test_an_audit_that_raises_on_one_object_is_a_finding_and_the_run_completes(
         archive: Location, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
         command: list[str]) -> None:
     error = TypeError("unhashable type: 'list'")
-    raise_on_boom(monkeypatch, batches, "audit_session", error)
+    raise_on_boom(monkeypatch, batches, "audit_lines", error)
     out = tmp_path / "out"
     code = run([*command, ARCHIVE, "--out", str(out), "--workers", "1", "--no-progress"])
     assert code == EXIT_PARTIAL
@@ -147,7 +147,7 @@ def test_a_replay_that_raises_on_one_object_is_a_finding_and_keeps_its_checkpoin
 def test_errors_raised_on_purpose_and_interrupts_are_not_contained(
         archive: Location, monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
     batch = enumerate_sessions(archive).sessions
-    raise_on_boom(monkeypatch, batches, "audit_session", error)
+    raise_on_boom(monkeypatch, batches, "audit_lines", error)
     with pytest.raises(type(error)):
         audit_batch(archive, 0, batch)
     monkeypatch.undo()

@@ -211,7 +211,7 @@ def test_a_rewritten_prefix_with_an_entry_that_crashes_is_still_history_rewritte
     if where == "replay":
         monkeypatch.setattr(replay_batches, "replay_spooled", boom)
     else:
-        monkeypatch.setattr(batches, "audit_session", boom)
+        monkeypatch.setattr(batches, "audit_lines", boom)
     for day in (D2, D3):  # reported every night until the session replays
         assert memory_night(out, day) == EXIT_PARTIAL
         found = codes(Path(out), day, key.path)
