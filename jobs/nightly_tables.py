@@ -36,7 +36,17 @@ from jobs.nightly_audit import NightlySummary, options_fingerprint
 from pipeline.audit.checkpoint import Checkpoint, missing_finding
 from pipeline.errors import BaselineError, UsageError
 from pipeline.io.commit import StagedRun, new_run_id, read_manifest
-from pipeline.io.delta import Tables, as_reader, in_predicate
+from pipeline.io.delta import (
+    CREATED,
+    NIGHT,
+    NIGHTS,
+    Tables,
+    as_reader,
+    in_predicate,
+    night_versions,
+    nights,
+    read_night,
+)
 from pipeline.io.storage import Listing, Location, storage_error, storage_errors
 from pipeline.ledger.layout import SessionKey, parse_session_path
 from pipeline.run.batches import not_audited
@@ -48,11 +58,8 @@ from pipeline.tables.schemas import CHECKPOINTS_SCHEMA, findings_table, sessions
 STATE = ("integrity/sessions", "integrity/findings", "usage", "subagents", "turns",
          "requests", "compaction", "checkpoints")
 HISTORY = "history"
-NIGHTS = "nights"
 #: Tonight's rows, committed as a plain vakpipe output before they go into the tables.
 SCRATCH = "_night"
-NIGHT = "night"
-CREATED = "created"
 UNKNOWN_DAY = "unknown"
 #: Part index of the missing sessions' rows in the scratch output (after every task's).
 _MISSING_PART = 1_000_000
@@ -76,49 +83,6 @@ def created_day(session_id: str | None, first_ts_ns: int | None) -> str:
     if first_ts_ns is not None:
         return datetime.fromtimestamp(first_ts_ns // 1_000_000_000, UTC).date().isoformat()
     return UNKNOWN_DAY
-
-
-def _nights(tables: Tables) -> list[dict[str, Any]]:
-    """The committed nights, oldest first (one small row each)."""
-    data = tables.dataset(NIGHTS)
-    if data is None:
-        return []
-    rows = data.to_table().to_pylist()
-    return sorted(rows, key=lambda r: (r["committed_at"], r["run_id"]))
-
-
-def night_versions(out: Location, night: date | None = None) -> dict[str, int]:
-    """The version of each table as of ``night`` (its last run that day; default the
-    newest night): what ``DeltaTable(uri, version=...)`` opens to read that night.
-
-    Raises
-    ------
-    UsageError
-        No night committed on ``night``.
-    """
-    rows = _nights(Tables(out))
-    if night is not None:
-        rows = [r for r in rows if r[NIGHT] == night.isoformat()]
-    if not rows:
-        raise UsageError(f"{out.url}: no night committed"
-                         + (f" on {night.isoformat()}" if night else ""))
-    versions: dict[str, int] = json.loads(rows[-1]["versions"])
-    return versions
-
-
-def read_night(out: Location, dataset: str, night: date | None = None) -> pa.Table:
-    """One state table as of ``night`` (default the newest), without the ``night`` and
-    ``created`` columns: the table an audit of the archive that night would give."""
-    version = night_versions(out, night).get(dataset)
-    data = None if version is None else Tables(out).dataset(dataset, version)
-    if data is None:
-        raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")
-    table = data.to_table()
-    table = table.drop_columns([c for c in (NIGHT, CREATED) if c in table.column_names])
-    # Back to the nanoseconds every other vakpipe output has.
-    return table.cast(pa.schema([
-        f.with_type(pa.timestamp("ns", tz=f.type.tz)) if pa.types.is_timestamp(f.type) else f
-        for f in table.schema]))
 
 
 def _checkpoint_columns(tables: Tables, version: int | None) -> pa.Table:
@@ -325,15 +289,15 @@ def run_nightly_tables(
     day = day or datetime.now(UTC).date()
     in_process = check_locations(root, out, scheduler)
     tables = Tables(out)
-    nights = _nights(tables)
-    if not nights and tables.version("checkpoints") is not None and \
+    committed = nights(tables)
+    if not committed and tables.version("checkpoints") is not None and \
             tables.version(NIGHTS) is None and not rebaseline:
         raise BaselineError(
             f"baseline {out.url}: its tables are there but the {NIGHTS} table naming "
             "their versions is gone; refusing to run as a first night, which would hide "
             "any history break since: run again with --rebaseline to start over from "
             f"nothing (recorded as a rebaseline in the {day.isoformat()} night)")
-    last = nights[-1] if nights else None
+    last = committed[-1] if committed else None
     if last is not None and last[NIGHT] > day.isoformat():
         raise UsageError(f"--date {day.isoformat()} is before the last night committed "
                          f"under {out.url} ({last[NIGHT]}); the Delta tables hold one "
@@ -455,3 +419,7 @@ def staged_schema(scratch: Location, manifest: dict[str, Any], dataset: str) -> 
 def expire_nights(out: Location, keep_days: int) -> dict[str, int]:
     """Expire versions older than ``keep_days`` days of every table under ``out``."""
     return Tables(out).expire([*STATE, HISTORY, NIGHTS], keep_days * 24)
+
+
+__all__ = ["HISTORY", "NIGHTS", "STATE", "created_day", "expire_nights", "night_versions",
+           "read_night", "run_nightly_tables"]

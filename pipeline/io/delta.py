@@ -12,8 +12,12 @@ Only this module imports ``deltalake``; the storage errors it raises become
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import re
 from collections.abc import Iterable, Iterator
+from datetime import date
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -26,6 +30,13 @@ from pipeline.io.storage import Location, printable
 
 #: Where a Delta table keeps its log: a folder holding one is a table.
 DELTA_LOG = "_delta_log"
+#: The nightly's table of committed nights (one row each), and its columns' names.
+NIGHTS = "nights"
+NIGHT = "night"
+CREATED = "created"
+#: ``OUT/night=YYYY-MM-DD``: how readers (``vakpipe cost``, ``regress --baseline-run``)
+#: name a past night of a Delta nightly output.
+NIGHT_SUFFIX = re.compile(r"(.*)/night=(\d{4}-\d\d-\d\d)/?\Z")
 
 
 def delta_storage_options(loc: Location) -> dict[str, str]:
@@ -199,3 +210,96 @@ def table_exists(loc: Location, name: str) -> bool:
         return bool(fs.exists(path))
     except OSError as err:
         raise _storage(err, loc.url) from err
+
+
+def nights(tables: Tables) -> list[dict[str, Any]]:
+    """The committed nights, oldest first (one small row each)."""
+    data = tables.dataset(NIGHTS)
+    if data is None:
+        return []
+    rows = data.to_table().to_pylist()
+    return sorted(rows, key=lambda r: (r["committed_at"], r["run_id"]))
+
+
+def night_versions(out: Location, night: date | None = None) -> dict[str, int]:
+    """The version of each table as of ``night`` (its last run that day; default the
+    newest night): what ``DeltaTable(uri, version=...)`` opens to read that night.
+
+    Raises
+    ------
+    UsageError
+        No night committed on ``night``.
+    """
+    rows = nights(Tables(out))
+    if night is not None:
+        rows = [r for r in rows if r[NIGHT] == night.isoformat()]
+    if not rows:
+        raise UsageError(f"{out.url}: no night committed"
+                         + (f" on {night.isoformat()}" if night else ""))
+    versions: dict[str, int] = json.loads(rows[-1]["versions"])
+    return versions
+
+
+def read_night(out: Location, dataset: str, night: date | None = None) -> pa.Table:
+    """One state table as of ``night`` (default the newest), without the ``night`` and
+    ``created`` columns: the table an audit of the archive that night would give."""
+    version = night_versions(out, night).get(dataset)
+    data = None if version is None else Tables(out).dataset(dataset, version)
+    if data is None:
+        raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")
+    table = data.to_table()
+    table = table.drop_columns([c for c in (NIGHT, CREATED) if c in table.column_names])
+    # Back to the nanoseconds every other vakpipe output has.
+    return table.cast(pa.schema([
+        f.with_type(pa.timestamp("ns", tz=f.type.tz)) if pa.types.is_timestamp(f.type) else f
+        for f in table.schema]))
+
+
+def nightly_output(out: Location) -> tuple[Location, date | None] | None:
+    """Whether ``out`` names a Delta nightly output (its ``nights`` table is there) or one
+    past night of it (``OUT/night=YYYY-MM-DD``): the output and the night (``None``: the
+    newest); else ``None``. Only local and S3 outputs can be one."""
+    if out.protocol not in ("file", "s3"):
+        return None
+    base, night = out, None
+    found = NIGHT_SUFFIX.match(out.path)
+    if found is not None:
+        parent = found.group(1)
+        base = dataclasses.replace(out, url=out.url.rsplit("/night=", 1)[0], path=parent)
+        night = date.fromisoformat(found.group(2))
+    return (base, night) if table_exists(base, NIGHTS) else None
+
+
+def nightly_manifest(out: Location) -> dict[str, Any] | None:
+    """A manifest-shaped view of a Delta nightly output's night (see
+    :func:`nightly_output`): its run id, summary fields and datasets, for the readers of
+    a run (``vakpipe cost``, ``regress --baseline-run``); ``None`` when ``out`` is none."""
+    found = nightly_output(out)
+    if found is None:
+        return None
+    base, night = found
+    rows = nights(Tables(base))
+    if night is not None:
+        rows = [r for r in rows if r[NIGHT] == night.isoformat()]
+    if not rows:
+        return None
+    last = rows[-1]
+    summary = json.loads(last["summary"])
+    versions = json.loads(last["versions"])
+    return {**(summary if isinstance(summary, dict) else {}), "run_id": last["run_id"],
+            "night": last[NIGHT],
+            "datasets": {name: {"files": [], "version": v} for name, v in versions.items()}}
+
+
+def nightly_dataset(out: Location, dataset: str) -> pa.Table:
+    """One dataset of a Delta nightly output's night (see :func:`nightly_output`).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``out`` is no such output, or the night has no such dataset.
+    """
+    found = nightly_output(out)
+    if found is None:
+        raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")
+    return read_night(found[0], dataset, found[1])
