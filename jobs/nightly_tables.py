@@ -372,12 +372,13 @@ def run_nightly_tables(
             versions[name] = exists  # nothing read tonight: the table stays as it was
             continue
         schema = staged_schema(scratch, manifest, name)
-        data = as_reader(schema, _stamped(_scratch_batches(scratch, manifest, name),
-                                          schema, night, created))
-        versions[name] = tables.write(
-            name, data, mode="overwrite", partition_by=[CREATED], metadata=meta,
-            predicate=None if whole or exists is None else predicate,
-            schema_mode="overwrite" if whole else None)
+        stream = _stamped(_scratch_batches(scratch, manifest, name), schema, night, created)
+        if whole or exists is None:
+            versions[name] = _write_whole(tables, name, schema, stream, meta)
+            continue
+        versions[name] = tables.write(name, as_reader(schema, stream), mode="overwrite",
+                                      partition_by=[CREATED], metadata=meta,
+                                      predicate=predicate)
     findings_schema = staged_schema(scratch, manifest, "integrity/findings")
     history_schema = findings_schema.append(pa.field("run_id", pa.string()))
 
@@ -404,6 +405,38 @@ def run_nightly_tables(
         tables.expire([*STATE, HISTORY, NIGHTS], keep_days * 24)
     summary.summary_at = f"{tables.uri(NIGHTS)} (night = '{night}', run_id = '{run_id}')"
     return summary
+
+
+#: Uncompressed bytes of one commit of a table written whole: delta-rs holds every
+#: partition's rows of a commit in memory until it ends.
+WHOLE_COMMIT_BYTES = 64 << 20
+
+
+def _write_whole(tables: Tables, name: str, schema: pa.Schema,
+                 stream: Iterator[pa.RecordBatch], meta: dict[str, str]) -> int:
+    """Replace the whole table by ``stream`` in commits of at most
+    :data:`WHOLE_COMMIT_BYTES` (the first overwrites, the next append), so the runner
+    never holds a whole table. Only a night that reads everything writes whole (a first
+    night, options changed, --rebaseline): until its ``nights`` row is committed, the
+    next run starts again from the last committed night (:func:`_recover`)."""
+    pending = next(stream, None)
+    first, version = True, 0
+    while first or pending is not None:
+        def chunk() -> Iterator[pa.RecordBatch]:
+            nonlocal pending
+            size = 0
+            while pending is not None and size < WHOLE_COMMIT_BYTES:
+                batch, pending = pending, None
+                size += batch.nbytes
+                yield batch
+                pending = next(stream, None)
+
+        version = tables.write(name, as_reader(schema, chunk()),
+                               mode="overwrite" if first else "append",
+                               partition_by=[CREATED], metadata=meta,
+                               schema_mode="overwrite" if first else None)
+        first = False
+    return version
 
 
 def staged_schema(scratch: Location, manifest: dict[str, Any], dataset: str) -> pa.Schema:

@@ -10,6 +10,7 @@ once on moto's S3 server, with the session cluster's worker processes.
 
 from __future__ import annotations
 
+import json
 import shutil
 from datetime import date
 from pathlib import Path
@@ -257,3 +258,29 @@ def test_smoke_s3_two_nights_through_the_cli(s3: object, scheduler: str,
         {k: v for k, v in v2.items() if k != HISTORY}
     usage = read_night(loc, "usage", D2)
     assert usage.num_rows > 0 and isinstance(usage, pa.Table)
+
+
+def test_cost_and_regress_read_a_night_of_the_tables(
+    archive: Path, tmp_path: Path, scheduler: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tables, parts = tmp_path / "tables", tmp_path / "parts"
+    delta_night(archive, tables, D1, scheduler)
+    run_nightly(resolve(str(archive)), resolve(str(parts)), ReplayOptions(), day=D1,
+                scheduler=scheduler, progress=False)
+    grow_session(resolve(str(archive)), clean_sessions(archive)[0], entries=2)
+    delta_night(archive, tables, D2, scheduler)
+    capsys.readouterr()
+    assert run(["cost", str(tables / "night=2026-12-01"), "--report-dir",
+                str(tmp_path / "c-delta")]) == 0
+    from_tables = capsys.readouterr().out
+    assert run(["cost", str(parts / "date=2026-12-01"), "--report-dir",
+                str(tmp_path / "c-parts")]) == 0
+    from_parts = capsys.readouterr().out
+    figures = [line for line in from_parts.splitlines() if "$" in line]
+    assert figures and figures == [line for line in from_tables.splitlines() if "$" in line]
+    # The newest night, as the baseline of a regression check.
+    assert run(["regress", str(archive), "--out", str(tmp_path / "reg"), "--candidate", "v1",
+                "--baseline-run", str(tables), "--scheduler", scheduler,
+                "--no-progress"]) == 0
+    summary = json.loads((tmp_path / "reg" / "regression-summary.json").read_text())
+    assert summary["requests_changed"] == 0, summary
