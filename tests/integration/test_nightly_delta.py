@@ -284,3 +284,31 @@ def test_cost_and_regress_read_a_night_of_the_tables(
                 "--no-progress"]) == 0
     summary = json.loads((tmp_path / "reg" / "regression-summary.json").read_text())
     assert summary["requests_changed"] == 0, summary
+
+
+def test_a_predicate_replaces_exactly_the_paths_it_names(tmp_path: Path) -> None:
+    """Quotes and SQL-looking text in a session path stay data."""
+    from pipeline.io.delta import Tables, in_predicate
+
+    tables = Tables(resolve(str(tmp_path / "out")))
+    paths = ["a'b.jsonl", "x' OR '1'='1", "plain.jsonl"]
+    table = pa.table({"session_path": paths, "n": [1, 2, 3], "created": ["d"] * 3})
+    tables.write("t", table, mode="overwrite", partition_by=["created"])
+    tables.write("t", pa.table({"session_path": paths[:2], "n": [10, 20],
+                                "created": ["d", "d"]}),
+                 mode="overwrite", partition_by=["created"],
+                 predicate=in_predicate("session_path", paths[:2]))
+    found = DeltaTable(str(tmp_path / "out" / "t")).to_pyarrow_table().sort_by("n")
+    assert found["n"].to_pylist() == [3, 10, 20]
+
+
+def test_s3_options_reach_delta_rs_under_its_names() -> None:
+    from pipeline.io.delta import delta_storage_options
+
+    loc = resolve("s3://b/out", {"key": "K", "secret": "S",
+                                 "client_kwargs": {"endpoint_url": "http://127.0.0.1:9",
+                                                   "region_name": "eu-west-1"}})
+    found = delta_storage_options(loc)
+    assert found["AWS_ACCESS_KEY_ID"] == "K" and found["AWS_SECRET_ACCESS_KEY"] == "S"
+    assert found["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9"
+    assert found["AWS_ALLOW_HTTP"] == "true" and found["AWS_REGION"] == "eu-west-1"
