@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -42,6 +43,8 @@ MB = 1_000_000
 MiB = 1 << 20
 FLEET = 1_000_000
 LAYOUTS = ("partitions", "delta")
+CAPPED = "VAKPIPE_BENCH_CAPPED"
+CAPPED_RUN = True
 
 
 def _io() -> dict[str, int]:
@@ -65,6 +68,17 @@ def one_night(layout: str, root: str, out: str, day: str, scheduler: str) -> Non
     from pipeline.run.replay_batches import ReplayOptions
 
     job = run_nightly_tables if layout == "delta" else run_nightly
+    if os.environ.get(CAPPED):
+        # At 10^6 sessions every task's batch is at MAX_BATCH_BYTES and a whole Delta
+        # write is cut in WHOLE_COMMIT_BYTES commits: both caps bound the runner's memory
+        # whatever the archive. At bench sizes neither is reached (8 tasks, whatever the
+        # archive): set both to their floor so the two sizes run in the 10^6 regime and
+        # the slope is that of what grows with the number of sessions.
+        import jobs.nightly_tables as tables
+        import pipeline.run.orchestrate as orchestrate
+
+        orchestrate.MAX_BATCH_BYTES = orchestrate.MIN_BATCH_BYTES
+        tables.WHOLE_COMMIT_BYTES = orchestrate.MIN_BATCH_BYTES
     before = _io()
     t0 = time.perf_counter()
     summary = job(resolve(root), resolve(out), ReplayOptions(),
@@ -81,7 +95,8 @@ def one_night(layout: str, root: str, out: str, day: str, scheduler: str) -> Non
 def night(layout: str, root: Path, out: Path, day: str, scheduler: str) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, __file__, "--night", layout, str(root), str(out), day, scheduler],
-        capture_output=True, text=True, check=False, cwd=REPO)
+        capture_output=True, text=True, check=False, cwd=REPO,
+        env={**os.environ, **({CAPPED: "1"} if CAPPED_RUN else {})})
     if done.returncode != 0:
         raise SystemExit(f"night {layout} {day} failed:\n{done.stderr[-3000:]}")
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -124,6 +139,9 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0,
                     help="size of the generated sessions (1.0: ~110 kB each); the runner's "
                          "memory follows the number of sessions")
+    ap.add_argument("--uncapped", action="store_true",
+                    help="batches and whole commits as sized for these archives (default: "
+                         "at their 8 MiB floor, the regime of a 10^6-session archive)")
     ap.add_argument("--quick", action="store_true", help="20 and 80 small sessions")
     ap.add_argument("--night", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -133,6 +151,11 @@ def main() -> None:
     small, scale = (20, 0.2) if args.quick else (args.sessions, args.scale)
     sizes = (small, small * args.factor)
     layouts = [name for name in args.layouts.split(",") if name in LAYOUTS]
+    global CAPPED_RUN
+    CAPPED_RUN = not args.uncapped
+    if CAPPED_RUN:
+        print("tasks' batches and Delta whole-write commits at their 8 MiB floor (as at "
+              "10^6 sessions, where both are at their cap); --uncapped: as sized here")
     print(f"grown between the nights: {args.grow:.0%} of the sessions, "
           f"{'drawn at random' if args.anywhere else 'the newest'}, {args.entries} entries "
           f"each; {args.workers} workers")

@@ -119,34 +119,36 @@ def _classify(listing: Listing, baseline: pa.Table, same_options: bool
               ) -> tuple[list[int], pa.Table, Counter[str]]:
     """Which listed objects to read (their indexes), the checkpointed paths no longer
     listed (with ``created``), and the counts of ``changes``: as
-    :func:`pipeline.audit.checkpoint.classify`, as Arrow operations."""
-    listed = pa.table({
-        "session_path": pa.array([o.key.path for o in listing.sessions], pa.string()),
-        "size": pa.array([o.size for o in listing.sessions], pa.int64()),
-        "etag": pa.array([o.etag for o in listing.sessions], pa.string()),
-        "i": pa.array(range(len(listing.sessions)), pa.int64()),
-    })
-    joined = listed.join(baseline, "session_path", join_type="left outer")
-    known = pc.is_valid(joined["ck_size"])
-    unchanged = pc.fill_null(pc.and_(pc.and_(known, pc.is_valid(joined["etag"])), pc.and_(
-        pc.equal(joined["etag"], joined["ck_etag"]),
-        pc.equal(joined["size"], joined["ck_size"]))), False)
+    :func:`pipeline.audit.checkpoint.classify`, as Arrow kernels (a hash lookup of each
+    listed path among the checkpoints' paths, no Python object per session)."""
+    paths = pa.array((o.key.path for o in listing.sessions), pa.string(),
+                     size=len(listing.sessions))
+    sizes = pa.array((o.size for o in listing.sessions), pa.int64(),
+                     size=len(listing.sessions))
+    etags = pa.array((o.etag for o in listing.sessions), pa.string(),
+                     size=len(listing.sessions))
+    known_paths = baseline["session_path"].combine_chunks()
+    at = pc.index_in(paths, value_set=known_paths)
+    known = pc.is_valid(at)
+    ck_etag = pc.take(baseline["ck_etag"], at)
+    ck_size = pc.take(baseline["ck_size"], at)
+    unchanged = pc.fill_null(pc.and_(pc.and_(known, pc.is_valid(etags)), pc.and_(
+        pc.equal(etags, ck_etag), pc.equal(sizes, ck_size))), False)
     changes: Counter[str] = Counter()
     n_known = pc.sum(known).as_py() or 0
     n_same = pc.sum(unchanged).as_py() or 0
-    changes["new"] = joined.num_rows - n_known
+    changes["new"] = len(paths) - n_known
     changes["changed"] = n_known - n_same
     if same_options:
         changes["unchanged"] = n_same
-        read = joined.filter(pc.invert(unchanged))
+        read = pc.indices_nonzero(pc.invert(unchanged))
     else:
         changes["reread_options_changed"] = n_same
-        read = joined
-    missing = baseline.join(listed.select(["session_path"]), "session_path",
-                            join_type="left anti")
+        read = pa.array(range(len(paths)), pa.uint64())
+    missing = baseline.filter(pc.invert(pc.is_in(known_paths, value_set=paths)))
     changes = Counter({k: v for k, v in changes.items() if v})
     changes["missing"] = missing.num_rows
-    return sorted(read["i"].to_pylist()), missing, changes
+    return read.to_pylist(), missing, changes
 
 
 def _stage_missing(staged: StagedRun, missing: list[Checkpoint]) -> None:
@@ -287,6 +289,10 @@ def run_nightly_tables(
         is gone (without ``rebaseline``).
     """
     day = day or datetime.now(UTC).date()
+    # The runner's Arrow work is small and streamed; mimalloc (pyarrow's default pool)
+    # keeps segments per thread that grew its peak RSS with the archive (measured:
+    # +9 MB for the classification of 4,000 sessions, +2 MB with the system allocator).
+    pa.set_memory_pool(pa.system_memory_pool())
     in_process = check_locations(root, out, scheduler)
     tables = Tables(out)
     committed = nights(tables)
