@@ -58,6 +58,9 @@ from pipeline.tables.schemas import CHECKPOINTS_SCHEMA, findings_table, sessions
 STATE = ("integrity/sessions", "integrity/findings", "usage", "subagents", "turns",
          "requests", "compaction", "checkpoints")
 HISTORY = "history"
+#: The columns whose file statistics the tables keep: what a night's predicate and a
+#: reader's usual filters prune files by.
+STATS = ("session_path", NIGHT, CREATED)
 #: Tonight's rows, committed as a plain vakpipe output before they go into the tables.
 SCRATCH = "_night"
 UNKNOWN_DAY = "unknown"
@@ -335,7 +338,8 @@ def run_nightly_tables(
     run = RunSummary(run_id, root.url, out.url, len(listing.sessions),
                      listing.total_bytes, listing.skipped)
     run.manifest_extra = {"options": fingerprint, "date": day.isoformat()}
-    summary = NightlySummary(run, day, base["run_id"] if base else None, changes,
+    summary = NightlySummary(run, day, f"{out.url} night {base[NIGHT]} (run {base['run_id']})"
+                             if base else None, changes,
                              sum(o.size for o in to_read), rebaseline, False)
 
     def before_commit(staged: StagedRun) -> None:
@@ -396,7 +400,8 @@ def run_nightly_tables(
                 schema=history_schema)
 
     versions[HISTORY] = tables.write(HISTORY, as_reader(history_schema, found_tonight()),
-                                     mode="append", partition_by=[NIGHT], metadata=meta)
+                                     mode="append", partition_by=[NIGHT], metadata=meta,
+                                     stats_columns=(*STATS, "code"))
     _counts(tables, versions, run)
     summary_dict = summary.as_dict()
     tables.write(NIGHTS, pa.Table.from_pylist([{
@@ -440,7 +445,8 @@ def _write_whole(tables: Tables, name: str, schema: pa.Schema,
         version = tables.write(name, as_reader(schema, chunk()),
                                mode="overwrite" if first else "append",
                                partition_by=[CREATED], metadata=meta,
-                               schema_mode="overwrite" if first else None)
+                               schema_mode="overwrite" if first else None,
+                               stats_columns=STATS)
         first = False
     return version
 
