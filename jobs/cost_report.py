@@ -44,8 +44,8 @@ from pipeline.errors import PipelineError, UsageError
 from pipeline.io.commit import (
     MANIFEST,
     check_vakpipe_output,
-    read_dataset,
-    read_manifest,
+    read_run_dataset,
+    read_run_manifest,
     write_small_file,
 )
 from pipeline.io.storage import Location, storage_error, storage_errors
@@ -106,19 +106,19 @@ class CostOutcome:
 def _optional(out: Location, dataset: str) -> pa.Table | None:
     """A dataset of the run, or ``None`` when the run did not write it."""
     try:
-        return read_dataset(out, dataset)
+        return read_run_dataset(out, dataset)
     except FileNotFoundError:
         return None
 
 
 def _read(out: Location) -> tuple[pa.Table, pa.Table | None, pa.Table | None, InputRun]:
     try:
-        manifest = read_manifest(out)
+        manifest = read_run_manifest(out)
         if manifest is None or "usage" not in manifest.get("datasets", {}):
             raise UsageError(
                 f"{out.url}: no committed usage table; run `vakpipe audit ROOT --out "
                 f"{out.url}` first (runs before the cost report did not write one)")
-        usage = read_dataset(out, "usage")
+        usage = read_run_dataset(out, "usage")
         return usage, _optional(out, "requests"), _optional(out, "compaction"), \
             InputRun.of(out.url, manifest)
     except storage_errors() as err:
@@ -197,7 +197,7 @@ def stale_report_line(out: Location, dest: Location | None = None) -> str | None
         The run's own manifest is not one vakpipe writes.
     """
     dest = dest or _default_dest(out)
-    run = read_manifest(out)
+    run = read_run_manifest(out)
     report = read_report_manifest(dest)
     run_id = run.get("run_id") if run is not None else None
     if report is None:

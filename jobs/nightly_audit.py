@@ -217,6 +217,8 @@ class NightlySummary:
     rebaseline: bool = False
     #: ``--baseline DATE``: the baseline was named, not the newest partition.
     baseline_pinned: bool = False
+    #: Where the summary was stored, when not the partition's ``summary.json``.
+    summary_at: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (``summary.json``)."""
@@ -238,6 +240,21 @@ def _from_baseline(baseline: Location, dataset: str, way_out: Callable[[], str])
             f"({printable(f'{type(err).__name__}: {err}', 160)}); {way_out()}") from err
     except storage_errors() as err:
         raise storage_error(err, baseline.url) from err
+
+
+def check_same_root(root: Location, baseline: Location) -> None:
+    """Refuse a night of another archive than its baseline's.
+
+    Raises
+    ------
+    UsageError
+        The baseline's manifest names another root (``--allow-other-root`` accepts it).
+    """
+    before = (_manifest(baseline) or {}).get("root")
+    if isinstance(before, str) and before != root.url:
+        raise UsageError(f"{root.url} is not the archive the baseline audited ({before}, "
+                         f"{baseline.url}): every session would be reported missing; "
+                         "--allow-other-root to accept it")
 
 
 def _checkpoints(baseline: Location | None,
@@ -295,6 +312,7 @@ def run_nightly(
     progress: bool | None = None,
     baseline_day: date | None = None,
     rebaseline: bool = False,
+    allow_other_root: bool = False,
     max_line_bytes: int = MAX_LINE_BYTES,
 ) -> NightlySummary:
     """Audit and replay what changed under ``root`` since the last night; commit the
@@ -302,7 +320,8 @@ def run_nightly(
 
     The baseline is the newest committed partition on or before ``day``;
     ``baseline_day`` (``--baseline``) names another, ``rebaseline`` (``--rebaseline``)
-    starts from none, recorded as such in the summary.
+    starts from none, recorded as such in the summary. A baseline of another archive
+    root is refused unless ``allow_other_root`` (its sessions would all be "missing").
 
     Returns
     -------
@@ -328,6 +347,8 @@ def run_nightly(
     else:
         baseline = latest_partition(out, day)
     way_out = functools.partial(_way_out_before, out, day, baseline)
+    if baseline is not None and not allow_other_root:
+        check_same_root(root, baseline)
     previous = _checkpoints(baseline, way_out)
     fingerprint = options_fingerprint(options)
     same_options = baseline is not None and \
@@ -396,4 +417,4 @@ def print_nightly_summary(summary: NightlySummary) -> None:
     if breaks:
         click.echo("  history breaks: " + ", ".join(f"{k} {v}" for k, v in breaks.items()))
     print_summary(summary.run)
-    click.echo(f"  summary: {summary.run.out}/{SUMMARY_FILE}")
+    click.echo(f"  summary: {summary.summary_at or f'{summary.run.out}/{SUMMARY_FILE}'}")

@@ -23,7 +23,8 @@ from pipeline.io.commit import (
     check_vakpipe_output,
     new_run_id,
     read_dataset,
-    read_manifest,
+    read_run_dataset,
+    read_run_manifest,
     write_small_file,
 )
 from pipeline.io.storage import (
@@ -91,7 +92,7 @@ class RegressionReport:
 
 def _read_requests(run: Location, what: str) -> pa.Table:
     try:
-        return read_dataset(run, "requests")
+        return read_run_dataset(run, "requests")
     except FileNotFoundError as err:
         raise UsageError(f"{what} {run.url}: no committed requests table (the OUT of "
                          "`replay` or `audit --replay` has one, and a regress OUT/candidate)"
@@ -103,7 +104,7 @@ def _read_requests(run: Location, what: str) -> pa.Table:
 def _input_run(run: Location) -> InputRun:
     """How complete ``--baseline-run`` is, from its manifest."""
     try:
-        manifest = read_manifest(run)
+        manifest = read_run_manifest(run)
     except storage_errors() as err:
         raise storage_error(err, run.url) from err
     except ValueError as err:
@@ -200,7 +201,7 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
                   for r in runs)
     new = read_dataset(cand_loc, "requests")
     if old is None:
-        old = read_dataset(base_loc, "requests")
+        old = read_run_dataset(base_loc, "requests")
     elif sessions is not None:
         audited = read_dataset(cand_loc, "integrity/sessions")["session_path"]
         old = old.filter(pc.is_in(old["session_path"], audited.combine_chunks()))

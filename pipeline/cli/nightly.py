@@ -39,6 +39,16 @@ if TYPE_CHECKING:
 @click.option("--rebaseline", is_flag=True,
               help="Start over from no baseline (everything read as new; no history break "
                    "can be reported tonight); recorded in the summary.")
+@click.option("--format", "layout", type=click.Choice(["partitions", "delta"]),
+              default="partitions", show_default=True,
+              help="partitions: one complete OUT/date=YYYY-MM-DD/ per night; delta: Delta "
+                   "Lake tables under OUT, each night adding only the rows of the sessions "
+                   "it read (docs/nightly.md, Delta tables).")
+@click.option("--allow-other-root", is_flag=True,
+              help="Accept an archive other than the one the baseline night audited.")
+@click.option("--keep-days", type=click.IntRange(min=0), default=None, metavar="N",
+              help="With --format delta: after the commit, expire versions older than N "
+                   "days (never the newest).")
 @replay_options
 @cluster_options
 @progress_option
@@ -50,7 +60,8 @@ if TYPE_CHECKING:
 @json_option
 @keys_option
 def nightly(root: str, out: str, day: datetime | None, compaction: bool,
-            baseline_day: datetime | None, rebaseline: bool, rules: str,
+            baseline_day: datetime | None, rebaseline: bool, layout: str,
+            allow_other_root: bool, keep_days: int | None, rules: str,
             planner: bool, catalog_path: str | None, window: int | None,
             scheduler: str | None, workers: int | None, storage_options: tuple[str, ...],
             progress: bool | None, fail_on: str | None, max_line_bytes: int,
@@ -64,16 +75,17 @@ def nightly(root: str, out: str, day: datetime | None, compaction: bool,
     (history_truncated, history_rewritten, session_missing).
     """
     with json_output("nightly", as_json) as doc:
-        summary = _nightly(root, out, day, compaction, baseline_day, rebaseline, rules,
-                           planner, catalog_path, window, scheduler, workers, storage_options,
-                           progress, max_line_bytes)
+        summary = _nightly(root, out, day, compaction, baseline_day, rebaseline, layout,
+                           allow_other_root, keep_days, rules, planner, catalog_path, window,
+                           scheduler, workers, storage_options, progress, max_line_bytes)
         doc.set({"day": summary.day.isoformat(), "baseline": summary.baseline,
                  "out": summary.run.out, **summary.as_dict()})
         exit_on(fail_on, summary.run)
 
 
 def _nightly(root: str, out: str, day: datetime | None, compaction: bool,
-             baseline_day: datetime | None, rebaseline: bool, rules: str,
+             baseline_day: datetime | None, rebaseline: bool, layout: str,
+             allow_other_root: bool, keep_days: int | None, rules: str,
              planner: bool, catalog_path: str | None, window: int | None,
              scheduler: str | None, workers: int | None, storage_options: tuple[str, ...],
              progress: bool | None, max_line_bytes: int) -> NightlySummary:
@@ -88,10 +100,29 @@ def _nightly(root: str, out: str, day: datetime | None, compaction: bool,
     if compaction:
         replay_opts = dataclasses.replace(
             replay_opts, compaction=CompactionOptions(get_summariser("cards")))
-    summary = run_nightly(resolve(root, options), resolve(out, options), replay_opts,
-                          day=day.date() if day else None, scheduler=scheduler,
-                          workers=workers, progress=progress,
-                          baseline_day=baseline_day.date() if baseline_day else None,
-                          rebaseline=rebaseline, max_line_bytes=max_line_bytes)
+    if layout == "delta":
+        from jobs.nightly_tables import run_nightly_tables
+        from pipeline.errors import UsageError
+
+        if baseline_day is not None:
+            raise UsageError("--baseline is for --format partitions; a Delta night's "
+                             "baseline is the last night committed (--rebaseline: none)")
+        summary = run_nightly_tables(resolve(root, options), resolve(out, options),
+                                     replay_opts, day=day.date() if day else None,
+                                     scheduler=scheduler, workers=workers, progress=progress,
+                                     rebaseline=rebaseline, allow_other_root=allow_other_root,
+                                     keep_days=keep_days, max_line_bytes=max_line_bytes)
+    else:
+        if keep_days is not None:
+            from pipeline.errors import UsageError
+
+            raise UsageError("--keep-days is for --format delta (expire old partitions "
+                             "with a lifecycle rule on date= prefixes)")
+        summary = run_nightly(resolve(root, options), resolve(out, options), replay_opts,
+                              day=day.date() if day else None, scheduler=scheduler,
+                              workers=workers, progress=progress,
+                              baseline_day=baseline_day.date() if baseline_day else None,
+                              rebaseline=rebaseline, allow_other_root=allow_other_root,
+                              max_line_bytes=max_line_bytes)
     print_nightly_summary(summary)
     return summary

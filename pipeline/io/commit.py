@@ -606,3 +606,24 @@ def read_dataset(out: Location, dataset: str) -> pa.Table:
         for name in manifest["datasets"][dataset]["files"]
     ]
     return pa.concat_tables(tables)
+
+
+def read_run_manifest(out: Location) -> dict[str, Any] | None:
+    """:func:`read_manifest`, or for a Delta nightly output (``OUT``, or a past night
+    ``OUT/night=YYYY-MM-DD``) a manifest-shaped view of that night. For readers of a
+    run only: a commit never takes it for a previous manifest."""
+    from pipeline.io.delta import nightly_manifest
+
+    manifest = read_manifest(out)
+    return manifest if manifest is not None else nightly_manifest(out)
+
+
+def read_run_dataset(out: Location, dataset: str) -> pa.Table:
+    """:func:`read_dataset`, or one table of a Delta nightly output's night (see
+    :func:`read_run_manifest`)."""
+    from pipeline.io.delta import nightly_dataset
+
+    if read_manifest(out) is not None:
+        return read_dataset(out, dataset)
+    return nightly_dataset(out, dataset)
+

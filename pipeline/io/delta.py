@@ -1,0 +1,312 @@
+"""Delta Lake tables under an output (``deltalake``, delta-rs): the nightly's store.
+
+A table is a folder with a ``_delta_log``; every write is one atomic commit (on S3 a
+conditional put of the next log entry, so two writers never both win one version), and
+every committed version stays readable by version or timestamp until it is expired
+(:func:`expire`). DuckDB, Polars, Spark and pyarrow (through
+``DeltaTable(...).to_pyarrow_dataset()``) read them.
+
+Only this module imports ``deltalake``; the storage errors it raises become
+:class:`~pipeline.errors.StorageError` / :class:`~pipeline.errors.CommitError` here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from datetime import date
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from pipeline.errors import CommitError, StorageError, UsageError
+from pipeline.io.storage import Location, printable
+
+#: Where a Delta table keeps its log: a folder holding one is a table.
+DELTA_LOG = "_delta_log"
+#: The nightly's table of committed nights (one row each), and its columns' names.
+NIGHTS = "nights"
+NIGHT = "night"
+CREATED = "created"
+#: ``OUT/night=YYYY-MM-DD``: how readers (``vakpipe cost``, ``regress --baseline-run``)
+#: name a past night of a Delta nightly output.
+NIGHT_SUFFIX = re.compile(r"(.*)/night=(\d{4}-\d\d-\d\d)/?\Z")
+
+
+def delta_storage_options(loc: Location) -> dict[str, str]:
+    """delta-rs's storage options for ``loc``: the fsspec options vakpipe resolved
+    (``--storage-option``), under the names delta-rs reads (the standard AWS
+    environment it reads itself)."""
+    if loc.protocol != "s3":
+        return {}
+    opts = loc.storage_options
+    client = opts.get("client_kwargs") or {}
+    found = {
+        "AWS_ACCESS_KEY_ID": opts.get("key"),
+        "AWS_SECRET_ACCESS_KEY": opts.get("secret"),
+        "AWS_SESSION_TOKEN": opts.get("token"),
+        "AWS_ENDPOINT_URL": opts.get("endpoint_url") or client.get("endpoint_url")
+        or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"),
+        "AWS_REGION": client.get("region_name") or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION"),
+        "AWS_PROFILE": opts.get("profile"),
+    }
+    out = {k: str(v) for k, v in found.items() if v}
+    if out.get("AWS_ENDPOINT_URL", "").startswith("http://"):
+        out["AWS_ALLOW_HTTP"] = "true"  # a local endpoint (moto, MinIO): not TLS
+    out.setdefault("AWS_REGION", "us-east-1")
+    return out
+
+
+def table_uri(loc: Location, name: str) -> str:
+    """The URI delta-rs opens for table ``name`` below ``loc``."""
+    if loc.protocol == "file":
+        return loc.join(name)
+    if loc.protocol == "s3":
+        return "s3://" + loc.join(name).lstrip("/")
+    raise UsageError(f"{loc.url}: Delta tables need a local folder or s3:// "
+                     f"({loc.protocol}:// is not supported by delta-rs)")
+
+
+def _storage(err: BaseException, where: str) -> StorageError:
+    return StorageError(f"{where}: {printable(f'{type(err).__name__}: {err}', 300)}")
+
+
+class Tables:
+    """The Delta tables below one output location."""
+
+    def __init__(self, loc: Location) -> None:
+        self.loc = loc
+        self.options = delta_storage_options(loc)
+        table_uri(loc, "probe")  # refuse a protocol delta-rs cannot write, before any work
+
+    def uri(self, name: str) -> str:
+        """The table's URI."""
+        return table_uri(self.loc, name)
+
+    def open(self, name: str, version: int | None = None) -> DeltaTable | None:
+        """The table (at ``version``, default the newest), or ``None`` when there is none.
+
+        Raises
+        ------
+        StorageError
+            The storage failed, or the version is expired.
+        """
+        try:
+            return DeltaTable(self.uri(name), version=version, storage_options=self.options)
+        except TableNotFoundError:
+            return None
+        except (DeltaError, OSError) as err:
+            raise _storage(err, self.uri(name)) from err
+
+    def version(self, name: str) -> int | None:
+        """The newest version of the table, or ``None``."""
+        table = self.open(name)
+        return None if table is None else table.version()
+
+    def dataset(self, name: str, version: int | None = None) -> pads.Dataset | None:
+        """The table at ``version`` as a pyarrow dataset (streamed, never read whole)."""
+        table = self.open(name, version)
+        return None if table is None else table.to_pyarrow_dataset()
+
+    def batches(self, name: str, columns: list[str], version: int | None = None,
+                where: pads.Expression | None = None) -> Iterator[pa.RecordBatch]:
+        """Stream ``columns`` of the table at ``version`` (nothing when there is none)."""
+        data = self.dataset(name, version)
+        if data is None:
+            return
+        try:
+            yield from data.to_batches(columns=columns, filter=where)
+        except (OSError, pa.ArrowException) as err:
+            raise _storage(err, self.uri(name)) from err
+
+    def write(self, name: str, data: pa.Table | pa.RecordBatchReader, *,
+              mode: Literal["append", "overwrite"], predicate: str | None = None,
+              partition_by: list[str] | None = None, metadata: dict[str, str] | None = None,
+              schema_mode: Literal["merge", "overwrite"] | None = None,
+              stats_columns: tuple[str, ...] = ()) -> int:
+        """One commit of ``data`` into the table: ``append``, or ``overwrite`` (with
+        ``predicate``: only the rows it matches are replaced). Returns the new version.
+        ``stats_columns``: a new table keeps file statistics of these columns only (the
+        log holds the statistics of every file, and every reader loads the log: of all
+        ~40 columns they made it 4 times larger).
+
+        Raises
+        ------
+        CommitError
+            The commit did not happen (the table stays at its previous version).
+        """
+        try:
+            commit = CommitProperties(custom_metadata=metadata)
+            config = ({"delta.dataSkippingStatsColumns": ",".join(stats_columns)}
+                      if stats_columns and self.version(name) is None else None)
+            if mode == "append":
+                write_deltalake(self.uri(name), data, mode="append", partition_by=partition_by,
+                                storage_options=self.options, schema_mode=schema_mode,
+                                commit_properties=commit, configuration=config)
+            else:
+                write_deltalake(self.uri(name), data, mode="overwrite", predicate=predicate,
+                                partition_by=partition_by, storage_options=self.options,
+                                schema_mode=schema_mode, commit_properties=commit,
+                                configuration=config)
+        except (DeltaError, OSError, pa.ArrowException) as err:
+            raise CommitError(f"{self.uri(name)}: commit failed: "
+                              f"{printable(f'{type(err).__name__}: {err}', 300)}") from err
+        version = self.version(name)
+        assert version is not None
+        return version
+
+    def restore(self, name: str, version: int) -> None:
+        """Make ``version`` the newest again (a new commit; later versions stay in the log)."""
+        table = self.open(name)
+        if table is None or table.version() == version:
+            return
+        try:
+            table.restore(version)
+        except (DeltaError, OSError) as err:
+            raise CommitError(f"{self.uri(name)}: restore to version {version} failed: "
+                              f"{printable(str(err), 300)}") from err
+
+    def expire(self, names: Iterable[str], keep_hours: int) -> dict[str, int]:
+        """Delete the files no version younger than ``keep_hours`` needs, and the log
+        entries before them; the newest version is never touched. Returns the files
+        deleted per table."""
+        removed: dict[str, int] = {}
+        for name in names:
+            table = self.open(name)
+            if table is None:
+                continue
+            try:
+                gone = table.vacuum(retention_hours=keep_hours, dry_run=False,
+                                    enforce_retention_duration=False)
+                table.create_checkpoint()
+                table.cleanup_metadata()
+            except (DeltaError, OSError) as err:
+                raise _storage(err, self.uri(name)) from err
+            removed[name] = len(gone)
+        return removed
+
+
+def sql_string(value: str) -> str:
+    """``value`` as a SQL string literal of a delta-rs predicate."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def in_predicate(column: str, values: Iterable[str]) -> str:
+    """``column IN ('a', 'b')`` (never empty: call it with values)."""
+    return f"{column} IN ({', '.join(sql_string(v) for v in values)})"
+
+
+def as_reader(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> pa.RecordBatchReader:
+    """A stream of ``batches`` for one commit (never gathered into one table)."""
+    return pa.RecordBatchReader.from_batches(schema, iter(batches))
+
+
+def table_exists(loc: Location, name: str) -> bool:
+    """Whether ``loc/name`` is a Delta table (its log folder is there)."""
+    fs: Any = loc.filesystem()
+    path = loc.join(name, DELTA_LOG)
+    fs.invalidate_cache(path)
+    try:
+        return bool(fs.exists(path))
+    except OSError as err:
+        raise _storage(err, loc.url) from err
+
+
+def nights(tables: Tables) -> list[dict[str, Any]]:
+    """The committed nights, oldest first (one small row each)."""
+    data = tables.dataset(NIGHTS)
+    if data is None:
+        return []
+    rows = data.to_table().to_pylist()
+    return sorted(rows, key=lambda r: (r["committed_at"], r["run_id"]))
+
+
+def night_versions(out: Location, night: date | None = None) -> dict[str, int]:
+    """The version of each table as of ``night`` (its last run that day; default the
+    newest night): what ``DeltaTable(uri, version=...)`` opens to read that night.
+
+    Raises
+    ------
+    UsageError
+        No night committed on ``night``.
+    """
+    rows = nights(Tables(out))
+    if night is not None:
+        rows = [r for r in rows if r[NIGHT] == night.isoformat()]
+    if not rows:
+        raise UsageError(f"{out.url}: no night committed"
+                         + (f" on {night.isoformat()}" if night else ""))
+    versions: dict[str, int] = json.loads(rows[-1]["versions"])
+    return versions
+
+
+def read_night(out: Location, dataset: str, night: date | None = None) -> pa.Table:
+    """One state table as of ``night`` (default the newest), without the ``night`` and
+    ``created`` columns: the table an audit of the archive that night would give."""
+    version = night_versions(out, night).get(dataset)
+    data = None if version is None else Tables(out).dataset(dataset, version)
+    if data is None:
+        raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")
+    table = data.to_table()
+    table = table.drop_columns([c for c in (NIGHT, CREATED) if c in table.column_names])
+    # Back to the nanoseconds every other vakpipe output has.
+    return table.cast(pa.schema([
+        f.with_type(pa.timestamp("ns", tz=f.type.tz)) if pa.types.is_timestamp(f.type) else f
+        for f in table.schema]))
+
+
+def nightly_output(out: Location) -> tuple[Location, date | None] | None:
+    """Whether ``out`` names a Delta nightly output (its ``nights`` table is there) or one
+    past night of it (``OUT/night=YYYY-MM-DD``): the output and the night (``None``: the
+    newest); else ``None``. Only local and S3 outputs can be one."""
+    if out.protocol not in ("file", "s3"):
+        return None
+    base, night = out, None
+    found = NIGHT_SUFFIX.match(out.path)
+    if found is not None:
+        parent = found.group(1)
+        base = dataclasses.replace(out, url=out.url.rsplit("/night=", 1)[0], path=parent)
+        night = date.fromisoformat(found.group(2))
+    return (base, night) if table_exists(base, NIGHTS) else None
+
+
+def nightly_manifest(out: Location) -> dict[str, Any] | None:
+    """A manifest-shaped view of a Delta nightly output's night (see
+    :func:`nightly_output`): its run id, summary fields and datasets, for the readers of
+    a run (``vakpipe cost``, ``regress --baseline-run``); ``None`` when ``out`` is none."""
+    found = nightly_output(out)
+    if found is None:
+        return None
+    base, night = found
+    rows = nights(Tables(base))
+    if night is not None:
+        rows = [r for r in rows if r[NIGHT] == night.isoformat()]
+    if not rows:
+        return None
+    last = rows[-1]
+    summary = json.loads(last["summary"])
+    versions = json.loads(last["versions"])
+    return {**(summary if isinstance(summary, dict) else {}), "run_id": last["run_id"],
+            "night": last[NIGHT],
+            "datasets": {name: {"files": [], "version": v} for name, v in versions.items()}}
+
+
+def nightly_dataset(out: Location, dataset: str) -> pa.Table:
+    """One dataset of a Delta nightly output's night (see :func:`nightly_output`).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``out`` is no such output, or the night has no such dataset.
+    """
+    found = nightly_output(out)
+    if found is None:
+        raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")
+    return read_night(found[0], dataset, found[1])
