@@ -74,7 +74,10 @@ def synthetic(n: int, seed: int = 2026) -> tuple[pa.Table, list[bytes]]:
                "model": model, "on_active_chain": not abandoned, "input_tokens": inp,
                "output_tokens": out, "cache_read_tokens": read, "cache_write_tokens": write,
                "billed": True, "effective": not failed and not abandoned,
-               "waste": "retry" if failed else "abandoned" if abandoned else None}
+               "waste": "retry" if failed else "abandoned" if abandoned else None,
+               # vak receipts do not say a write's TTL (the column is Claude Code's)
+               "cache_write_1h_tokens": None, "source": "vak", "parent_session_path": None,
+               "subagent": None}
         for k, v in row.items():
             cols[k].append(v)
         attempt = {"ordinal": 0, "reason": "initial", "domain": "provider",
@@ -87,6 +90,11 @@ def synthetic(n: int, seed: int = 2026) -> tuple[pa.Table, list[bytes]]:
             "purpose": "execute", "provider": provider, "model": model,
             **({} if failed else {"winning_attempt": 0}), "attempts": [attempt],
             "prefix_digest": ""}) + b"\n")
+    # A column the schema grows without this function knowing would otherwise fail here
+    # far from its cause (how this bench rotted once): name it.
+    missing = [name for name, values in cols.items() if len(values) != n]
+    if missing:
+        raise SystemExit(f"synthetic(): no values for usage columns {missing}")
     cols["ts"] = pa.array(cols["ts"], pa.string()).cast(USAGE_SCHEMA.field("ts").type)
     return pa.table(cols, schema=USAGE_SCHEMA), lines
 
