@@ -14,7 +14,7 @@ attempts as raw JSONL receipts. Then prints:
   (``read_json`` + unnest + a rates table), when duckdb is installed (``.[bench]``);
 * whether both agree (tokens exactly, dollars to 1e-9 relative).
 
-Run: ``.venv/bin/python bench/cost_report.py [--rows 1000000]``.
+Run: ``.venv/bin/python bench/cost_report.py [--rows 1000000] [--quick]``.
 """
 
 from __future__ import annotations
@@ -160,7 +160,11 @@ def duckdb_billed(jsonl: Path) -> dict[tuple[date, str], tuple[float, int]] | No
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny inputs, one run (for make test): the same lines, nothing judged")
     args = ap.parse_args()
+    if args.quick:  # a test runs it (make test): 2,000 rows
+        args.rows = 2_000
     (table_path, jsonl), made_s = timed(lambda: corpus(args.rows))
     table = pq.read_table(table_path)
     print(f"corpus: {args.rows:,} usage rows ({table_path.stat().st_size / 1e6:,.0f} MB "
@@ -196,6 +200,8 @@ def main() -> None:
     same_tokens = all(mine[k][1] == duck[k][1] for k in duck)
     print(f"results agree: groups {same_keys}, tokens {same_tokens}, "
           f"dollars max relative difference {worst:.1e}")
+    if not (same_keys and same_tokens and worst <= 1e-9):
+        sys.exit("vakpipe's cost job and DuckDB disagree")
 
 
 if __name__ == "__main__":

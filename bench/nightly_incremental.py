@@ -14,7 +14,7 @@ a running cluster: its start is in neither figure):
 The fleet is the audit benchmark's (``fleet-<mb>``, cached under ``VAKPIPE_BENCH_DIR``);
 the nights run on a scratch copy, so the cached corpus is never modified.
 
-Run: ``.venv/bin/python bench/nightly_incremental.py [--mb 500] [--workers 2]``.
+Run: ``.venv/bin/python bench/nightly_incremental.py [--mb 500] [--workers 2] [--quick]``.
 """
 
 from __future__ import annotations
@@ -101,7 +101,11 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="worker processes of the cluster")
     ap.add_argument("--grow", type=float, default=0.01, help="fraction of sessions grown")
     ap.add_argument("--entries", type=int, default=3, help="entries appended to each")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny inputs, one run (for make test): the same lines, nothing judged")
     args = ap.parse_args()
+    if args.quick:  # a test runs it (make test): 50 small sessions, one worker
+        args.mb, args.workers, args.grow = 1, 1, 0.04
 
     sessions = max(50, args.mb * 10)  # as bench/audit_throughput.py: the same corpus
     cached = fleet(f"fleet-{args.mb}", sessions=sessions, seed=2026)
