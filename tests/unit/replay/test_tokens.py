@@ -217,3 +217,14 @@ def test_nothing_downloads_or_writes_a_cache(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["BpeTokenizer", "8", "8"]
     assert list(home.rglob("*")) == []
+
+
+def test_tokenizers_travel_by_name() -> None:
+    # A worker gets the name and loads its own copy once (the cache stays behind).
+    import pickle
+
+    for tok in (BpeTokenizer(), TiktokenTokenizer()):
+        tok.count("warm " * 200)
+        copy = pickle.loads(pickle.dumps(tok))
+        assert type(copy) is type(tok) and copy.name == tok.name
+        assert copy.cache.hits == 0 and copy.count("warm " * 200) == tok.count("warm " * 200)
