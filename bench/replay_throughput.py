@@ -9,8 +9,9 @@ Prints, measured in the same run:
   worker counting with tiktoken (``VAKPIPE_TOKENIZER=tiktoken``: the replay before issue
   21) and on another counting with ``bpe-openai`` (the default), interleaved, as MB/s,
   as a ratio of the tiktoken floor (target >= 0.50) and the one against the other
-  (target >= 2.0); each run starts from an empty count cache (a worker that loaded the
-  code but never saw these texts), the first run on each fresh worker apart;
+  (target >= 2.0), wall and CPU (the worker's and this process's: the steadier figure
+  on a shared machine); each run starts from an empty count cache (a worker that loaded
+  the code but never saw these texts), the first run on each fresh worker apart;
 * linearity: the replay time of sessions of 250, 500, 1000 and 2000 iterations (four of
   each, summed), the ratio of each doubling of their length in tokens (target <= 2.2)
   and in bytes, the same for the replay engine alone and for the tokenizer floor, the
@@ -26,7 +27,8 @@ Prints, measured in the same run:
 
 Run: ``.venv/bin/python bench/replay_throughput.py [--sessions 300] [--long-turns 40000]``,
 ``.venv/bin/python bench/replay_throughput.py --big [--big-mb 1000]``,
-``--only-long`` for the long-session part alone, ``--quick`` (for ``make test``: a few
+``--only-long`` for the long-session part alone, ``--fleet-only`` for the full replay
+runs alone, ``--quick`` (for ``make test``: a few
 small sessions, one run of each; prints the same lines, asserts nothing).
 """
 
@@ -55,7 +57,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import BENCH_DIR, best_of, cluster, corpus_bytes, fleet, timed
+from bench.common import BENCH_DIR, best_of, cluster, corpus_bytes, cpu_seconds, fleet, timed
 from bench.rss import peak_rss_bytes
 from pipeline.audit.session import audit_session
 from pipeline.io.storage import resolve
@@ -143,28 +145,45 @@ def replay_worker(tokenizer: str) -> Iterator[tuple[str, Any]]:
             os.environ["VAKPIPE_TOKENIZER"] = before
 
 
+@dataclass(frozen=True)
+class Run:
+    """One full replay run: wall seconds, and the CPU seconds of its worker process and of
+    this one (listing, commit: ``run_audit``'s client side), the steadier figure on a
+    shared machine, where another's load stretches wall time."""
+
+    wall: float
+    cpu: float
+
+
+def worker_cpu(client: Any) -> float:
+    """CPU seconds used so far by the worker processes of ``client``'s cluster."""
+    return float(sum(client.run(cpu_seconds).values()))
+
+
 def replay_runs(root: Path, repeat: int, between: Callable[[], object],
-                tokenizers: tuple[str, ...] = ("tiktoken", "default")) -> list[list[float]]:
-    """Per tokenizer, seconds of ``repeat`` full replay runs on a fresh single-worker
-    cluster of its own, interleaved (one run of each in turn); the first also loads the
-    code and the vocabulary into the worker, and each starts from an empty count cache
-    (else every text would be counted once for all runs). ``between`` runs before each
-    round (to interleave the floor with the runs)."""
-    seconds: list[list[float]] = [[] for _ in tokenizers]
+                tokenizers: tuple[str, ...] = ("tiktoken", "default")) -> list[list[Run]]:
+    """Per tokenizer, ``repeat`` full replay runs on a fresh single-worker cluster of its
+    own, interleaved (one run of each in turn); the first also loads the code and the
+    vocabulary into the worker, and each starts from an empty count cache (else every
+    text would be counted once for all runs). ``between`` runs before each round (to
+    interleave the floor with the runs)."""
+    runs: list[list[Run]] = [[] for _ in tokenizers]
     with ExitStack() as stack:
         workers = [stack.enter_context(replay_worker(t)) for t in tokenizers]
         for _ in range(repeat):
             between()
-            for (address, client), mine in zip(workers, seconds, strict=True):
+            for (address, client), mine in zip(workers, runs, strict=True):
                 client.run(forget_counts)
                 out = Path(tempfile.mkdtemp(prefix="vakpipe-bench-replay-"))
                 try:
-                    mine.append(timed(partial(
+                    cpu0 = worker_cpu(client) + cpu_seconds()
+                    _, wall = timed(partial(
                         run_audit, resolve(str(root)), resolve(str(out)), scheduler=address,
-                        progress=False, replay=ReplayOptions()))[1])
+                        progress=False, replay=ReplayOptions()))
+                    mine.append(Run(wall, worker_cpu(client) + cpu_seconds() - cpu0))
                 finally:
                     shutil.rmtree(out, ignore_errors=True)
-    return seconds
+    return runs
 
 
 class LengthTokenizer:
@@ -420,6 +439,8 @@ def main() -> None:
     ap.add_argument("--big", action="store_true",
                     help="only: replay one plain session of --big-mb MB (slow)")
     ap.add_argument("--big-mb", type=int, default=1000)
+    ap.add_argument("--fleet-only", action="store_true",
+                    help="only the full replay runs on the fleet (no linearity parts)")
     ap.add_argument("--quick", action="store_true",
                     help="tiny inputs, one run of each (for make test): the same lines")
     ap.add_argument("--measure-big", metavar="PATH", help=argparse.SUPPRESS)
@@ -467,16 +488,22 @@ def main() -> None:
     print(f"tokenizer floor, {mine} (distinct segments):{' ' * max(0, 25 - len(mine))}"
           f"{bpe_floor_s:6.2f} s = {size / MB / bpe_floor_s:6.1f} MB/s of ledger "
           f"= {floor_s / bpe_floor_s:.2f} x tiktoken's")
+    best: dict[str, tuple[float, float]] = {}
     for label, runs in (("tiktoken (before)", before), (f"{mine} (default)", after)):
-        cold_s, run_s = runs[0], min(runs[1:]) if len(runs) > 1 else runs[0]
+        steady = runs[1:] or runs
+        cold_s = runs[0].wall
+        run_s, cpu_s = min(r.wall for r in steady), min(r.cpu for r in steady)
+        best[label] = (run_s, cpu_s)
         print(f"full replay, 1 worker, {label}, first run (cold worker): {cold_s:6.2f} s "
               f"= {size / MB / cold_s:6.1f} MB/s = {floor_s / cold_s:.2f} x tiktoken floor")
         print(f"full replay, 1 worker, {label} (audit --replay, all tables): {run_s:6.2f} s "
               f"= {size / MB / run_s:6.1f} MB/s = {floor_s / run_s:.2f} x tiktoken floor "
-              "(target >= 0.50)")
-    ratio = (min(before[1:]) / min(after[1:])) if repeat else before[0] / after[0]
-    print(f"full replay, {mine} against tiktoken: {ratio:.2f} x the ledger MB/s "
-          "(target >= 2.0)")
+              f"(target >= 0.50); CPU {cpu_s:6.2f} s = {size / MB / cpu_s:6.1f} MB/s")
+    (b_wall, b_cpu), (a_wall, a_cpu) = best.values()
+    print(f"full replay, {mine} against tiktoken: {b_wall / a_wall:.2f} x the ledger MB/s "
+          f"(wall; target >= 2.0), {b_cpu / a_cpu:.2f} x by CPU (worker and client)")
+    if args.fleet_only:
+        return
     # Linearity. A session's length is its tokens: what the replay counts, and what
     # the tokenizer's time follows. Its bytes are a poorer measure: code and logs cost
     # ~2.5 times prose per byte, and a generated session's bytes are dominated by a few

@@ -31,7 +31,7 @@ EXPECTED: dict[str, list[str]] = {
         r"tokenizer floor, BpeTokenizer .* = [\d.]+ x tiktoken's",
         r"full replay, 1 worker, tiktoken \(before\) \(audit --replay, all tables\):.* x "
         r"tiktoken floor",
-        r"full replay, BpeTokenizer against tiktoken: [\d.]+ x the ledger MB/s",
+        r"full replay, BpeTokenizer against tiktoken: [\d.]+ x the ledger MB/s .* x by CPU",
         r"per doubling of tokens: replay [\d.]+ x",
         r"long linearity: .* per doubling of turns [\d.]+ x",
     ],
