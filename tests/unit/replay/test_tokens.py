@@ -208,14 +208,17 @@ def test_nothing_downloads_or_writes_a_cache(tmp_path: Path) -> None:
     env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), TMPDIR=str(home),
                HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9",
                NO_PROXY="", PYTHONPATH=str(REPO))
-    code = ("from pipeline.replay.tokens import get_tokenizer, TiktokenTokenizer\n"
+    # The extension alone is loaded: not the package, whose import decodes every
+    # vocabulary in Python (and warns, which -W error turns into a failure).
+    code = ("import sys\n"
+            "from pipeline.replay.tokens import get_tokenizer, TiktokenTokenizer\n"
             "t = get_tokenizer(); r = TiktokenTokenizer()\n"
             "print(type(t).__name__, t.count('hello world <|endoftext|>'),"
-            " r.count('hello world <|endoftext|>'))\n")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+            " r.count('hello world <|endoftext|>'), 'bpe_openai' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-W", "error", "-c", code], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["BpeTokenizer", "8", "8"]
+    assert done.stdout.split() == ["BpeTokenizer", "8", "8", "False"]
     assert list(home.rglob("*")) == []
 
 
