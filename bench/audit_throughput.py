@@ -12,7 +12,8 @@ Prints, measured in the same run (machines here are noisy, so only ratios matter
 * what the per-line kernel (docs/audit.md, "The per-line kernel") buys: the reader and
   the whole audit with it and with every line read by orjson, interleaved.
 
-Run: ``.venv/bin/python bench/audit_throughput.py [--mb 500] [--big-mb 1024]``.
+Run: ``.venv/bin/python bench/audit_throughput.py [--mb 500] [--big-mb 1024]``;
+``--quick`` (a test runs it): a 1 MB fleet and a 4 MB session, once.
 """
 
 from __future__ import annotations
@@ -111,7 +112,11 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=500, help="size of the fleet corpus (MB)")
     ap.add_argument("--big-mb", type=int, default=1024, help="size of the one big session (MB)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each measurement (best kept)")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny inputs, one run (make test runs it): the same lines, nothing judged")
     args = ap.parse_args()
+    if args.quick:
+        args.mb, args.big_mb, args.repeat = 1, 4, 1
 
     sessions = max(50, args.mb * 10)  # ~100 KB per session on average, heavy-tailed
     root = fleet(f"fleet-{args.mb}", sessions=sessions, seed=2026)

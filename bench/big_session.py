@@ -70,7 +70,10 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON only")
     ap.add_argument("--measure", metavar="ROOT", help=argparse.SUPPRESS)
     ap.add_argument("--max-line-bytes", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="a 4 MB session (for make test)")
     args = ap.parse_args()
+    if args.quick:
+        args.mb = 4
     if args.measure:
         print(json.dumps(measure(args.measure, args.max_line_bytes)))
         return

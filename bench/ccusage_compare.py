@@ -48,6 +48,8 @@ import csv
 import importlib
 import json
 import os
+import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -58,6 +60,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from uuid import NAMESPACE_URL, uuid5
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -369,6 +372,43 @@ def ensure_ccusage(folder: Path, version: str = CCUSAGE_VERSION) -> Ccusage:
     return Ccusage(wrapper, native, version)
 
 
+def installed_ccusage(folder: Path, version: str = CCUSAGE_VERSION) -> Ccusage | None:
+    """ccusage as :func:`ensure_ccusage` finds it, but never installed: the one under
+    ``folder`` if it is ``version`` and starts, else a ``ccusage`` on PATH that starts
+    (any version); ``None`` when neither."""
+    wrapper = folder / "node_modules" / ".bin" / "ccusage"
+    meta = folder / "node_modules" / "ccusage" / "package.json"
+    if wrapper.exists() and meta.exists() \
+            and json.loads(meta.read_text()).get("version") == version:
+        natives = sorted((folder / "node_modules" / "@ccusage").glob("ccusage-*/bin/ccusage"))
+        native = natives[0] if natives and os.access(natives[0], os.X_OK) else None
+        if _starts(wrapper):
+            return Ccusage(wrapper, native, version)
+    on_path = shutil.which("ccusage")
+    if on_path is not None and (found := _starts(Path(on_path))):
+        return Ccusage(Path(on_path), None, found)
+    return None
+
+
+def _starts(binary: Path) -> str | None:
+    """``binary --version``'s output when it runs, else ``None``."""
+    try:
+        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                              check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or "?" if done.returncode == 0 else None
+
+
+def find_ccusage(folder: Path, *, install: bool, version: str = CCUSAGE_VERSION
+                 ) -> Ccusage | None:
+    """ccusage ``version``: installed with npm when ``install`` and npm is on PATH (see
+    :func:`ensure_ccusage`), else only one already there (:func:`installed_ccusage`)."""
+    if install and shutil.which("npm") is not None:
+        return ensure_ccusage(folder, version)
+    return installed_ccusage(folder, version)
+
+
 def ccusage_env(root: Path, home: Path) -> dict[str, str]:
     """A minimal environment: only ``root``'s Claude data, nothing of this machine's."""
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
@@ -630,20 +670,34 @@ def main() -> None:
     ap.add_argument("--wait-vakpipe", type=float, default=0, metavar="SECONDS",
                     help="poll this long for the Claude Code adapter before giving up")
     ap.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    ap.add_argument("--copies", type=int, default=200, metavar="N",
+                    help="time both tools on N id-rewritten copies of ROOT (0: not)")
+    ap.add_argument("--no-install", action="store_true",
+                    help="never run npm: use a ccusage already installed, or skip it")
+    ap.add_argument("--quick", action="store_true",
+                    help="for make test: --copies 2 --repeats 1 --no-install, no run-time "
+                         "table; prints the same comparisons, asserts nothing")
     args = ap.parse_args()
+    if args.quick:
+        args.copies, args.repeats, args.no_install = min(args.copies, 2), 1, True
     root: Path = args.root.resolve()
     md = args.markdown
 
-    tools = [ensure_ccusage(args.ccusage_dir)]
-    tools += [ensure_ccusage(args.ccusage_dir.with_name(f"{args.ccusage_dir.name}-{v}"), v)
-              for v in args.also_ccusage]
+    pinned = find_ccusage(args.ccusage_dir, install=not args.no_install)
+    tools = [] if pinned is None else [pinned] + [
+        ensure_ccusage(args.ccusage_dir.with_name(f"{args.ccusage_dir.name}-{v}"), v)
+        for v in args.also_ccusage]
+    if pinned is None:
+        print(f"ccusage: no binary found (not under {args.ccusage_dir}, none on PATH"
+              f"{', npm not run' if args.no_install else ', no npm'}): skipped")
     home = Path(tempfile.mkdtemp(prefix="vakpipe-bench-ccusage-home-"))
     scratch = Path(tempfile.mkdtemp(prefix="vakpipe-bench-ccusage-"))
     try:
         env = ccusage_env(root, home)
         daily = [parse_daily(run_ccusage(t.wrapper, DAILY_ARGS, env)) for t in tools]
         sessions = run_ccusage(tools[0].wrapper, ("claude", "session", "--json",
-                                                  "--offline", "--timezone", "UTC"), env)
+                                                  "--offline", "--timezone", "UTC"),
+                               env) if tools else None
         rc = recount(root)
         deadline = time.monotonic() + args.wait_vakpipe
         while (why := vakpipe_missing()) and time.monotonic() < deadline:
@@ -666,8 +720,13 @@ def main() -> None:
         print()
         report(rc, [(t.version, d) for t, (d, _) in zip(tools, daily, strict=True)],
                sessions, vk, md)
-        print()
-        timings(tools, env, root, scratch, vk, args, md)
+        if tools and not args.quick:
+            print()
+            timings(tools, env, root, scratch, vk, args, md)
+        if args.copies > 0:
+            print()
+            copies_timings(tools[0] if tools else None, root, home, scratch, rc, daily[0][0]
+                           if daily else None, vk, args)
     finally:
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
@@ -724,7 +783,7 @@ def report(rc: Recount, ccusages: list[tuple[str, dict[str, CcusageDay]]], sessi
         print(f"left out of USD (unpriced by one side): {', '.join(unpriced)}")
     print()
     explain(rc, [s for s in sides if s.name != "vakpipe"], both, md)
-    notes(rc, sides[0], sessions)
+    notes(rc, sides[0] if ccusages else None, sessions)
     if isinstance(vk, Vakpipe):
         print()
         vakpipe_differences(rc, vk, md)
@@ -785,7 +844,7 @@ def explain(rc: Recount, sides: list[Side], both: set[str], md: bool) -> None:
         print()
 
 
-def notes(rc: Recount, pinned: Side, sessions: Any) -> None:
+def notes(rc: Recount, pinned: Side | None, sessions: Any) -> None:
     """The facts behind the causes, counted in these files."""
     first = day_totals(by_day(rc.requests, LINE_RULES["first"]))
     final = day_totals(by_day(rc.requests))
@@ -832,6 +891,8 @@ def notes(rc: Recount, pinned: Side, sessions: Any) -> None:
     print("- by file kind (progress: mirrors only): " + "; ".join(
         f"{s}: {n_src[s]} requests, {sum(t):,} tokens" for s, t in sorted(by_src.items())) +
         f"; {side} requests are isSidechain lines, all in subagents/ files")
+    if pinned is None or sessions is None:
+        return
     s_tot = sessions.get("totals", {})
     s_t = (s_tot.get("inputTokens", 0), s_tot.get("outputTokens", 0),
            s_tot.get("cacheCreationTokens", 0), s_tot.get("cacheReadTokens", 0))
@@ -960,6 +1021,158 @@ def timings(tools: list[Ccusage], env: dict[str, str], root: Path, scratch: Path
     print(table(["tool", "best s", "ratio"],
                 [[name, f"{s:.3f}", f"{s / base:.2f}"] for name, s in rows], md, left=1))
 
+
+
+# --------------------------------------------------------------------------- copies
+
+#: Ids a tool could merge two copies of a request or a session by: Claude Code's
+#: message, request and tool-use ids, and every UUID (session ids, ``uuid`` and
+#: ``parentUuid``, file and folder names). Byte patterns: copies are rewritten as bytes.
+_IDS = re.compile(rb"\b(?:msg|req|toolu)_[A-Za-z0-9]+|"
+                  rb"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+
+
+def copy_ids(copy: int) -> Callable[[bytes], bytes]:
+    """The rewrite of copy number ``copy``: every id of :data:`_IDS` mapped to one of
+    its own, the same way everywhere in the copy (so links between lines and files
+    hold), and differently in every copy (so nothing links or merges across copies).
+    A UUID stays a UUID (v5 of the copy and the original); other ids get a suffix."""
+    memo: dict[bytes, bytes] = {}
+
+    def new(m: re.Match[bytes]) -> bytes:
+        old = m.group()
+        got = memo.get(old)
+        if got is None:
+            if old[:4] in (b"msg_", b"req_") or old.startswith(b"toolu_"):
+                got = old + b"c%d" % copy
+            else:
+                got = str(uuid5(NAMESPACE_URL, f"copy-{copy}/{old.decode()}")).encode()
+            memo[old] = got
+        return got
+
+    return lambda data: _IDS.sub(new, data)
+
+
+def make_copies(src: Path, n: int, dest: Path) -> Path:
+    """``dest``: ``n`` copies of the Claude config folder ``src`` (every transcript file
+    of :func:`transcript_files`), each under ``projects/<dir>-copy<k>/`` with its ids
+    rewritten (:func:`copy_ids`); made once and reused (``dest/.complete``)."""
+    marker = dest / ".complete"
+    if marker.exists() and marker.read_text() == str(n):
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    files = transcript_files(src)
+    for k in range(n):
+        rewrite = copy_ids(k)
+        for path in files:
+            parts = list(path.relative_to(src).parts)
+            at = parts.index("projects") + 1
+            parts[at] = f"{parts[at]}-copy{k}"
+            rel = rewrite("/".join(parts).encode()).decode()
+            out = dest / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(rewrite(path.read_bytes()))
+    marker.write_text(str(n))
+    return dest
+
+
+def _cpu_all() -> float:
+    """CPU seconds of this process and of its finished children (their children too:
+    vakpipe's Dask workers are waited for by the CLI that started them)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _scaled(t: Tokens, n: int) -> Tokens:
+    return t[0] * n, t[1] * n, t[2] * n, t[3] * n
+
+
+def _total(days: Iterable[Tokens]) -> Tokens:
+    out = ZERO
+    for t in days:
+        out = _add(out, t)
+    return out
+
+
+def copies_timings(cc: Ccusage | None, src: Path, home: Path, scratch: Path, rc: Recount,
+                   daily: dict[str, CcusageDay] | None, vk: Vakpipe | str,
+                   args: argparse.Namespace) -> None:
+    """Wall and CPU time of ccusage's native binary (``daily --json``), vakpipe's audit +
+    cost (two CLI commands, as a user runs them) and the recount on ``--copies`` copies of
+    ``src`` (:func:`make_copies`), interleaved, best of ``--repeats``; their ratios; and
+    whether each tool's totals on the copies are N times its totals on one (no copy
+    merged with another)."""
+    from bench.common import BENCH_DIR, best_of
+
+    n = args.copies
+    root = make_copies(src, n, BENCH_DIR / f"claude-code-copies-{n}")
+    size = sum(p.stat().st_size for p in transcript_files(root))
+    print(f"copies: {n} id-rewritten copies of {src.name} ({size / 1e6:,.1f} MB) in {root}")
+    out, report = scratch / "copies" / "out", scratch / "copies" / "report"
+    results: dict[str, Any] = {}
+
+    def ccusage_run() -> None:
+        assert cc is not None
+        binary = cc.native or cc.wrapper
+        results["ccusage"] = run_ccusage(binary, DAILY_ARGS, ccusage_env(root, home))
+
+    def vakpipe_run() -> None:
+        shutil.rmtree(out.parent, ignore_errors=True)
+        audit = subprocess.run(audit_cmd(root, out, args.workers), capture_output=True,
+                               check=False)
+        if audit.returncode not in (0, 1, 3):
+            sys.exit(f"vakpipe audit on the copies exited {audit.returncode}: "
+                     f"{audit.stderr.decode(errors='replace')[-400:]}")
+        subprocess.run(cost_cmd(out, report), capture_output=True, check=True)
+
+    def recount_run() -> None:
+        results["recount"] = recount(root)
+
+    runs: list[tuple[str, Callable[[], None]]] = []
+    if cc is not None:
+        kind = "native binary" if cc.native is not None else "npm command"
+        runs.append((f"ccusage {cc.version} daily ({kind})", ccusage_run))
+    if isinstance(vk, Vakpipe):
+        workers = f"--workers {args.workers}" if args.workers else "default workers"
+        runs.append((f"vakpipe audit + cost ({workers}, CLI)", vakpipe_run))
+    runs.append(("recount (pure Python, in process)", recount_run))
+    timing = dict(zip((name for name, _ in runs),
+                      best_of(args.repeats, *(fn for _, fn in runs), cpu=_cpu_all),
+                      strict=True))
+    for name, t in timing.items():
+        print(f"  {name:48s} wall {t.wall:7.2f} s ({size / 1e6 / t.wall:6.1f} MB/s), "
+              f"CPU {t.cpu:7.2f} s ({size / 1e6 / max(t.cpu, 1e-9):6.1f} MB/s)")
+    names = list(timing)
+    base = names[0] if cc is not None else names[-1]  # ccusage, else the recount
+    for name in names:
+        if name == base:
+            continue
+        print(f"  ratio {name.split(' (')[0]} / {base.split(' (')[0]}: wall "
+              f"{timing[name].wall / timing[base].wall:.2f} x, CPU "
+              f"{timing[name].cpu / max(timing[base].cpu, 1e-9):.2f} x")
+    if cc is None:
+        print("  ratio against ccusage: skipped (no ccusage binary)")
+
+    # No tool may merge the copies: each one's totals are n times its totals on one.
+    checks = []
+    one = _total(day_totals(by_day(rc.counted)).values())
+    copied = results["recount"]
+    checks.append(("recount", _total(day_totals(by_day(copied.counted)).values()), one))
+    if cc is not None and daily is not None:
+        many, _ = parse_daily(results["ccusage"])
+        checks.append((f"ccusage {cc.version}", _total(d.tokens for d in many.values()),
+                       _total(d.tokens for d in daily.values())))
+    if isinstance(vk, Vakpipe) and (report / "costs.csv").exists():
+        with open(report / "costs.csv", newline="") as f:
+            rows = [[int(row[f"billed_{k}_tokens"]) for k in KINDS]
+                    for row in csv.DictReader(f)]
+        mine = _total((r[0], r[1], r[2], r[3]) for r in rows)
+        checks.append(("vakpipe", mine, _total(t for t, _, _ in vk.by_day_model.values())))
+    for name, got, single in checks:
+        verdict = "= N x one copy" if got == _scaled(single, n) else \
+            f"!= N x one copy ({'/'.join(map(_n, _scaled(single, n)))}): copies merged?"
+        print(f"  totals on the copies, {name}: {'/'.join(map(_n, got))} {verdict}")
 
 if __name__ == "__main__":
     main()

@@ -20,7 +20,7 @@ the same machine):
   close whatever the session's size.
 
 Run: ``.venv/bin/python bench/compaction_overhead.py [--sessions 300] [--window 8000]
-[--repeat 3] [--big-mb 256] [--profile] [--big-only]``. ``--profile`` adds a cProfile
+[--repeat 3] [--big-mb 256] [--profile] [--big-only] [--quick]``. ``--profile`` adds a cProfile
 of the in-process compaction side (top functions by cumulative time); ``--big-only``
 runs the big session alone (~6 minutes at 256 MB).
 """
@@ -211,7 +211,11 @@ def main() -> None:
     ap.add_argument("--big-mb", type=int, default=256, help="size of the one big session (MB)")
     ap.add_argument("--profile", action="store_true", help="cProfile the compaction side")
     ap.add_argument("--big-only", action="store_true", help="only the big session's copy")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny inputs, one run (for make test): the same lines, nothing judged")
     args = ap.parse_args()
+    if args.quick:  # a test runs it (make test): every part, on inputs of seconds
+        args.sessions, args.repeat, args.big_mb = 6, 1, 2
     if args.big_only:
         big_copy(args.big_mb, args.window)
         return

@@ -20,7 +20,8 @@ sessions (docs/scaling.md reads these numbers):
 
 moto is much slower per request than S3 (~6 ms of server time each), so the S3 figures
 are extrapolations, and say so. Run:
-``.venv/bin/python bench/listing_scale.py [--keys 50000] [--tasks 2000] [--parts 400]``.
+``.venv/bin/python bench/listing_scale.py [--keys 50000] [--tasks 2000] [--parts 400]
+[--quick]``.
 """
 
 from __future__ import annotations
@@ -142,11 +143,11 @@ def synthetic_sessions(n: int, seed: int = 1) -> list[SessionObject]:
     return out
 
 
-def measure_planning() -> None:
-    sessions = synthetic_sessions(MILLION)
+def measure_planning(n: int = MILLION) -> None:
+    sessions = synthetic_sessions(n)
     total = sum(s.size for s in sessions)
-    print(f"planning: 10^6 sessions, {total / 1e9:.0f} GB (lognormal sizes, "
-          f"mean {total / MILLION / 1e3:.0f} KB)")
+    print(f"planning: {n:,} sessions, {total / 1e9:.0f} GB (lognormal sizes, "
+          f"mean {total / n / 1e3:.0f} KB)")
     for workers in (8, 32, 128, 256):
         batches, seconds = timed(lambda w=workers: plan_batches(sessions, w))  # type: ignore[misc]
         sizes = sorted(sum(s.size for s in b) for b in batches)
@@ -257,11 +258,16 @@ def main() -> None:
                     help="generated sessions the table sizes are measured on")
     ap.add_argument("--skip", nargs="*", default=[],
                     choices=["listing", "planning", "scheduler", "commit", "tables"])
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny inputs, one run (for make test): the same lines, nothing judged")
     args = ap.parse_args()
+    if args.quick:  # a test runs it (make test): every part, on inputs of seconds
+        args.keys, args.tasks, args.parts, args.sessions = 300, 50, 10, 8
+    planned = 20_000 if args.quick else MILLION
     if "listing" not in args.skip:
         measure_listing(args.keys)
     if "planning" not in args.skip:
-        measure_planning()
+        measure_planning(planned)
     if "scheduler" not in args.skip:
         measure_scheduler(args.tasks)
     if "commit" not in args.skip:

@@ -2,12 +2,16 @@
 
 Prints, measured in the same run:
 
-* the floor: tiktoken's ``encode_ordinary`` over every distinct text segment of a
-  generated fleet (message texts, thinking, tool inputs and results, system prompts,
-  tool schemas, summaries);
+* the floors: tiktoken's ``encode_ordinary`` and ``bpe-openai``'s count over every
+  distinct text segment of a generated fleet (message texts, thinking, tool inputs and
+  results, system prompts, tool schemas, summaries);
 * full replay runs (``vakpipe audit --replay``: all requests, all tables) on one
-  worker, as MB/s and as a ratio of the floor (target >= 0.50), the first run on the
-  fresh worker apart;
+  worker counting with tiktoken (``VAKPIPE_TOKENIZER=tiktoken``: the replay before issue
+  21) and on another counting with ``bpe-openai`` (the default), interleaved, as MB/s,
+  as a ratio of the tiktoken floor (target >= 0.50) and the one against the other
+  (target >= 2.0), wall and CPU (the worker's and this process's: the steadier figure
+  on a shared machine); each run starts from an empty count cache (a worker that loaded
+  the code but never saw these texts), the first run on each fresh worker apart;
 * linearity: the replay time of sessions of 250, 500, 1000 and 2000 iterations (four of
   each, summed), the ratio of each doubling of their length in tokens (target <= 2.2)
   and in bytes, the same for the replay engine alone and for the tokenizer floor, the
@@ -18,12 +22,14 @@ Prints, measured in the same run:
   and the ratio of each doubling (target <= 2.2; before the closed part kept its running
   hash it was ~2.8 and rising, 10k/20k/41k turns in 9.4/26.2/112 s);
 * ``--big``: one plain session of about 1 GB (``--big-mb``), audited and replayed in a
-  fresh process (as one worker's task, tiktoken counting), printing MB/s and the peak
+  fresh process (as one worker's task, the default tokenizer counting), printing MB/s and the peak
   resident memory. Slow (minutes): not part of the default run.
 
 Run: ``.venv/bin/python bench/replay_throughput.py [--sessions 300] [--long-turns 40000]``,
 ``.venv/bin/python bench/replay_throughput.py --big [--big-mb 1000]``,
-``--only-long`` for the long-session part alone.
+``--only-long`` for the long-session part alone, ``--fleet-only`` for the full replay
+runs alone, ``--quick`` (for ``make test``: a few
+small sessions, one run of each; prints the same lines, asserts nothing).
 """
 
 from __future__ import annotations
@@ -33,13 +39,15 @@ import cProfile
 import hashlib
 import json
 import math
+import os
 import pstats
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -49,7 +57,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import BENCH_DIR, best_of, cluster, corpus_bytes, fleet, timed
+from bench.common import BENCH_DIR, best_of, cluster, corpus_bytes, cpu_seconds, fleet, timed
 from bench.rss import peak_rss_bytes
 from pipeline.audit.session import audit_session
 from pipeline.io.storage import resolve
@@ -58,7 +66,7 @@ from pipeline.ledger.reader import Entry, LineStats, read_ledger
 from pipeline.replay.catalog import load_catalog
 from pipeline.replay.projection import canonical_json, get_rule_set
 from pipeline.replay.session import replay_session
-from pipeline.replay.tokens import TiktokenTokenizer, _encoding
+from pipeline.replay.tokens import ExactTokenizer, _encoding, get_tokenizer
 from pipeline.run.orchestrate import run_audit
 from pipeline.run.replay_batches import ReplayOptions
 from pipeline.synth.generator import generate_session
@@ -90,30 +98,92 @@ def add_segments(entries: Iterable[Entry], out: set[str]) -> None:
                 out.add(d[key])
 
 
-def tokenizer_floor(texts: set[str]) -> float:
-    enc = _encoding("cl100k_base")
+def tiktoken_count(text: str) -> int:
+    """tiktoken's ``encode_ordinary`` count, uncached (the replay's tokenizer before)."""
+    return len(_encoding("cl100k_base").encode_ordinary(text))
+
+
+def default_count() -> Callable[[str], int]:
+    """The default tokenizer's count, uncached (``bpe-openai``'s where it imports)."""
+    tok = get_tokenizer()
+    assert isinstance(tok, ExactTokenizer)
+    return tok._encoded_length
+
+
+def fresh_tokenizer() -> ExactTokenizer:
+    """A new instance of the default tokenizer: an empty count cache."""
+    tok = get_tokenizer()
+    assert isinstance(tok, ExactTokenizer)
+    return type(tok)(tok.name)
+
+
+def tokenizer_floor(texts: set[str], count: Callable[[str], int] = tiktoken_count) -> float:
     t0 = time.perf_counter()
     for t in texts:
-        enc.encode_ordinary(t)
+        count(t)
     return time.perf_counter() - t0
 
 
-def replay_runs(root: Path, repeat: int, between: Callable[[], object]) -> list[float]:
-    """Seconds of ``repeat`` full replay runs on one fresh single-worker cluster, the
-    first of which also loads the code and the vocabulary into the worker; ``between``
-    runs before each (to interleave the floor with the runs)."""
-    seconds: list[float] = []
-    with cluster(1) as (address, _client):
+def forget_counts() -> None:
+    """In a worker: drop the tokenizer and its count cache (the library stays loaded)."""
+    get_tokenizer.cache_clear()
+
+
+@contextmanager
+def replay_worker(tokenizer: str) -> Iterator[tuple[str, Any]]:
+    """A single-worker cluster whose worker counts with ``tokenizer`` (``default`` or
+    ``tiktoken``: ``VAKPIPE_TOKENIZER`` as the worker process starts)."""
+    before = os.environ.get("VAKPIPE_TOKENIZER")
+    os.environ["VAKPIPE_TOKENIZER"] = tokenizer
+    try:
+        with cluster(1) as (address, client):
+            yield address, client
+    finally:
+        if before is None:
+            os.environ.pop("VAKPIPE_TOKENIZER", None)
+        else:
+            os.environ["VAKPIPE_TOKENIZER"] = before
+
+
+@dataclass(frozen=True)
+class Run:
+    """One full replay run: wall seconds, and the CPU seconds of its worker process and of
+    this one (listing, commit: ``run_audit``'s client side), the steadier figure on a
+    shared machine, where another's load stretches wall time."""
+
+    wall: float
+    cpu: float
+
+
+def worker_cpu(client: Any) -> float:
+    """CPU seconds used so far by the worker processes of ``client``'s cluster."""
+    return float(sum(client.run(cpu_seconds).values()))
+
+
+def replay_runs(root: Path, repeat: int, between: Callable[[], object],
+                tokenizers: tuple[str, ...] = ("tiktoken", "default")) -> list[list[Run]]:
+    """Per tokenizer, ``repeat`` full replay runs on a fresh single-worker cluster of its
+    own, interleaved (one run of each in turn); the first also loads the code and the
+    vocabulary into the worker, and each starts from an empty count cache (else every
+    text would be counted once for all runs). ``between`` runs before each round (to
+    interleave the floor with the runs)."""
+    runs: list[list[Run]] = [[] for _ in tokenizers]
+    with ExitStack() as stack:
+        workers = [stack.enter_context(replay_worker(t)) for t in tokenizers]
         for _ in range(repeat):
             between()
-            out = Path(tempfile.mkdtemp(prefix="vakpipe-bench-replay-"))
-            try:
-                seconds.append(timed(partial(
-                    run_audit, resolve(str(root)), resolve(str(out)), scheduler=address,
-                    progress=False, replay=ReplayOptions()))[1])
-            finally:
-                shutil.rmtree(out, ignore_errors=True)
-    return seconds
+            for (address, client), mine in zip(workers, runs, strict=True):
+                client.run(forget_counts)
+                out = Path(tempfile.mkdtemp(prefix="vakpipe-bench-replay-"))
+                try:
+                    cpu0 = worker_cpu(client) + cpu_seconds()
+                    _, wall = timed(partial(
+                        run_audit, resolve(str(root)), resolve(str(out)), scheduler=address,
+                        progress=False, replay=ReplayOptions()))
+                    mine.append(Run(wall, worker_cpu(client) + cpu_seconds() - cpu0))
+                finally:
+                    shutil.rmtree(out, ignore_errors=True)
+    return runs
 
 
 class LengthTokenizer:
@@ -132,9 +202,9 @@ class LinearityPoint:
     iterations: int
     size: int
     tokens: int  # of the distinct text segments
-    replay: float  # tiktoken
+    replay: float  # the default tokenizer (bpe-openai's)
     engine: float  # a tokenizer that costs nothing
-    floor: float  # encode_ordinary over each session's distinct segments
+    floor: float  # the default tokenizer over each session's distinct segments
     calls_per_entry: float  # Python calls of the engine alone, per active-chain entry
 
 
@@ -162,8 +232,8 @@ def linearity_session(turns: int, seed: int) -> LinearitySession:
     texts: set[str] = set()
     add_segments(chain, texts)
     iterations = sum(1 for e in chain if e.kind == "message" and e.role == "assistant")
-    enc = _encoding("cl100k_base")
-    tokens = sum(len(enc.encode_ordinary(t)) for t in texts)
+    count = default_count()
+    tokens = sum(count(t) for t in texts)
     return LinearitySession(turns, sum(len(line) for line in s.lines()), tokens, iterations,
                             key, chain, texts)
 
@@ -172,7 +242,7 @@ def replay_cold(s: LinearitySession, rules: Any, catalog: Any) -> object:
     """Replay ``s`` with a tokenizer of its own, as a worker's first session: its cache of
     short texts' counts would otherwise carry over from the runs before, more of it for
     small sessions than for large ones."""
-    return replay_session(s.key, s.chain, rules=rules, tokenizer=TiktokenTokenizer(),
+    return replay_session(s.key, s.chain, rules=rules, tokenizer=fresh_tokenizer(),
                           catalog=catalog)
 
 
@@ -188,7 +258,7 @@ def linearity_points(lengths: Iterable[int], seeds: Iterable[int],
         partial(replay_cold, s, rules, catalog),
         partial(replay_session, s.key, s.chain, rules=rules, tokenizer=LengthTokenizer(),
                 catalog=catalog),
-        partial(tokenizer_floor, s.texts))]
+        partial(tokenizer_floor, s.texts, default_count()))]
     timings = iter(best_of(rounds, *runs))
     best = {(i, kind): next(timings).wall for i in range(len(sessions)) for kind in kinds}
     calls = []
@@ -301,8 +371,9 @@ def long_linearity(lengths: Iterable[int], rounds: int) -> None:
 
 
 def measure_big(path: str) -> dict[str, Any]:
-    """Audit and replay (tiktoken) the one session at ``path`` as one worker's task does
-    (lines streamed, the active chain re-read from the file); time and peak memory."""
+    """Audit and replay (the default tokenizer) the one session at ``path`` as one
+    worker's task does (lines streamed, the active chain re-read from the file); time and
+    peak memory."""
     from pipeline.io.storage import guarded_lines
 
     key = parse_session_path(PLAIN_PATH)
@@ -322,7 +393,7 @@ def measure_big(path: str) -> dict[str, Any]:
                     yield item
 
     t1 = time.perf_counter()
-    result = replay_session(key, chain(), rules=rules, tokenizer=TiktokenTokenizer(),
+    result = replay_session(key, chain(), rules=rules, tokenizer=fresh_tokenizer(),
                             catalog=catalog)
     t2 = time.perf_counter()
     return {"bytes": stats.bytes, "entries": audit.row["entries"],
@@ -368,6 +439,10 @@ def main() -> None:
     ap.add_argument("--big", action="store_true",
                     help="only: replay one plain session of --big-mb MB (slow)")
     ap.add_argument("--big-mb", type=int, default=1000)
+    ap.add_argument("--fleet-only", action="store_true",
+                    help="only the full replay runs on the fleet (no linearity parts)")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny inputs, one run of each (for make test): the same lines")
     ap.add_argument("--measure-big", metavar="PATH", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure_big:
@@ -376,59 +451,87 @@ def main() -> None:
     if args.big:
         big(args.big_mb)
         return
-    longest = max(1, args.long_turns)
+    # --quick: every part on inputs small enough for the test suite (a few seconds
+    # each), so that a change that breaks this script fails a test, not the next person
+    # who runs it. Its figures are printed, never judged.
+    sessions, repeat = (6, 1) if args.quick else (args.sessions, args.repeat)
+    lengths, rounds = ((8, 16), 1) if args.quick else ((93, 186, 372, 744), 7)
+    seeds = range(3, 3 + (1 if args.quick else args.linearity_seeds))
+    longest = 200 if args.quick else max(1, args.long_turns)
     long_lengths = sorted({max(1, longest >> k) for k in range(3, -1, -1)})
+    long_rounds = 1 if args.quick else 2
     if args.only_long:
-        long_linearity(long_lengths, rounds=2)
+        long_linearity(long_lengths, rounds=long_rounds)
         return
-    root = fleet(f"replay-fleet-{args.sessions}", sessions=args.sessions, seed=99)
+    root = fleet(f"replay-fleet-{sessions}", sessions=sessions, seed=99)
     size = corpus_bytes(root)
     texts = segments(root)
     seg_mb = sum(len(t.encode()) for t in texts) / MB
-    # The machines are noisy (+-25% between minutes): the floor is measured before each
-    # run and the best of each kept. The first run on a fresh worker also imports the
-    # code and loads the vocabulary (once per worker, ~0.6 s): printed apart, the
-    # target is for the runs after it (a fleet run's steady state).
+    mine = type(get_tokenizer()).__name__
+    # The machines are noisy (+-25% between minutes): the floors are measured before
+    # each round of runs and the best of each kept. The first run on a fresh worker also
+    # imports the code and loads the vocabulary (once per worker, ~0.2 s for tiktoken,
+    # ~0.5-1 s for bpe-openai's 74 MB extension): printed apart, the targets are for
+    # the runs after it (a fleet run's steady state).
     floors: list[float] = []
-    runs = replay_runs(root, args.repeat + 1,
-                       between=lambda: floors.append(tokenizer_floor(texts)))
-    floor_s, cold_s, run_s = min(floors), runs[0], min(runs[1:])
+    bpe_floors: list[float] = []
+
+    def floors_now() -> None:
+        floors.append(tokenizer_floor(texts))
+        bpe_floors.append(tokenizer_floor(texts, default_count()))
+
+    before, after = replay_runs(root, repeat + 1, between=floors_now)
+    floor_s, bpe_floor_s = min(floors), min(bpe_floors)
     print(f"fleet: {size / MB:,.1f} MB, {len(texts):,} distinct segments ({seg_mb:,.1f} MB)")
-    print(f"tokenizer floor (encode_ordinary, distinct segments): {floor_s:6.2f} s "
+    print(f"tokenizer floor, tiktoken encode_ordinary (distinct segments): {floor_s:6.2f} s "
           f"= {size / MB / floor_s:6.1f} MB/s of ledger")
-    print(f"full replay, 1 worker, first run (cold worker):       {cold_s:6.2f} s "
-          f"= {size / MB / cold_s:6.1f} MB/s = {floor_s / cold_s:.2f} x floor")
-    print(f"full replay, 1 worker (audit --replay, all tables):  {run_s:6.2f} s "
-          f"= {size / MB / run_s:6.1f} MB/s = {floor_s / run_s:.2f} x floor (target >= 0.50)")
+    print(f"tokenizer floor, {mine} (distinct segments):{' ' * max(0, 25 - len(mine))}"
+          f"{bpe_floor_s:6.2f} s = {size / MB / bpe_floor_s:6.1f} MB/s of ledger "
+          f"= {floor_s / bpe_floor_s:.2f} x tiktoken's")
+    best: dict[str, tuple[float, float]] = {}
+    for label, runs in (("tiktoken (before)", before), (f"{mine} (default)", after)):
+        steady = runs[1:] or runs
+        cold_s = runs[0].wall
+        run_s, cpu_s = min(r.wall for r in steady), min(r.cpu for r in steady)
+        best[label] = (run_s, cpu_s)
+        print(f"full replay, 1 worker, {label}, first run (cold worker): {cold_s:6.2f} s "
+              f"= {size / MB / cold_s:6.1f} MB/s = {floor_s / cold_s:.2f} x tiktoken floor")
+        print(f"full replay, 1 worker, {label} (audit --replay, all tables): {run_s:6.2f} s "
+              f"= {size / MB / run_s:6.1f} MB/s = {floor_s / run_s:.2f} x tiktoken floor "
+              f"(target >= 0.50); CPU {cpu_s:6.2f} s = {size / MB / cpu_s:6.1f} MB/s")
+    (b_wall, b_cpu), (a_wall, a_cpu) = best.values()
+    print(f"full replay, {mine} against tiktoken: {b_wall / a_wall:.2f} x the ledger MB/s "
+          f"(wall; target >= 2.0), {b_cpu / a_cpu:.2f} x by CPU (worker and client)")
+    if args.fleet_only:
+        return
     # Linearity. A session's length is its tokens: what the replay counts, and what
-    # tiktoken's time follows. Its bytes are a poorer measure: code and logs cost ~2.5
-    # times prose per byte, and a generated session's bytes are dominated by a few
+    # the tokenizer's time follows. Its bytes are a poorer measure: code and logs cost
+    # ~2.5 times prose per byte, and a generated session's bytes are dominated by a few
     # heavy-tailed tool results, so a doubling of bytes measured the content mix as
     # much as the replay (it is printed too). Each length sums four sessions (seeds),
-    # and more figures separate the replay from tiktoken and from the machine's noise:
-    # the engine alone (a tokenizer that costs nothing), the replay's time per unit of
-    # its own tokenizer floor, and the engine's Python calls per entry (both flat when
-    # the replay is linear; the calls are a count, free of noise).
-    _encoding("cl100k_base")  # load the vocabulary before timing
-    seeds = range(3, 3 + args.linearity_seeds)
+    # and more figures separate the replay from the tokenizer and from the machine's
+    # noise: the engine alone (a tokenizer that costs nothing), the replay's time per
+    # unit of its own tokenizer floor, and the engine's Python calls per entry (both
+    # flat when the replay is linear; the calls are a count, free of noise).
+    get_tokenizer().count("load the vocabulary before timing")
     prev: LinearityPoint | None = None
     # ~250, 500, 1000, 2000 iterations per session
-    for p in linearity_points((93, 186, 372, 744), seeds, rounds=7):
+    for p in linearity_points(lengths, seeds, rounds=rounds):
         print(f"linearity: {p.iterations / len(seeds):5.0f} iterations per session, "
               f"{p.tokens / 1e6:5.2f} M tokens, {p.size / MB:5.1f} MB in {p.replay:6.3f} s "
               f"({p.replay / p.floor:.2f} x its tokenizer floor; engine alone "
               f"{p.engine:.3f} s, {p.calls_per_entry:.0f} Python calls per entry)")
         if prev:
-            for unit, now, before in (("tokens", p.tokens, prev.tokens),
-                                      ("bytes", p.size, prev.size)):
+            for unit, now, before_n in (("tokens", p.tokens, prev.tokens),
+                                        ("bytes", p.size, prev.size)):
                 replay, engine, floor = (per_doubling(getattr(p, k), getattr(prev, k),
-                                                      now, before)
+                                                      now, before_n)
                                          for k in ("replay", "engine", "floor"))
                 target = " (target <= 2.2)" if unit == "tokens" else ""
                 print(f"           per doubling of {unit:6s}: replay {replay:.2f} x{target}, "
                       f"engine alone {engine:.2f} x, tokenizer floor {floor:.2f} x")
         prev = p
-    long_linearity(long_lengths, rounds=2)
+    long_linearity(long_lengths, rounds=long_rounds)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pipeline.compaction.summaries import Detail, Summary, SummaryRequest, compa
 from pipeline.ledger.redact import redact
 from pipeline.replay.projection import canonical_json, card_line, get_rule_set
 from pipeline.replay.scopes import turn_range
-from pipeline.replay.tokens import TiktokenTokenizer, Tokenizer, get_tokenizer
+from pipeline.replay.tokens import ExactTokenizer, Tokenizer, get_tokenizer
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -144,7 +144,7 @@ def _normalised(n: int, card: Mapping[str, Any]) -> _Card:
 
 def _counter(tok: Tokenizer) -> Callable[[str], int]:
     """``tok.count``, summed over memoised lines where that is exact (``cl100k_base``)."""
-    if not isinstance(tok, TiktokenTokenizer) or tok.name != "cl100k_base":
+    if not isinstance(tok, ExactTokenizer) or tok.name != "cl100k_base":
         return tok.count
     whole, memo = tok.count, _LINES.get
 

@@ -52,4 +52,5 @@ def test_cached_counts_of_short_texts_are_the_encoders() -> None:
     texts = ["<turns>\n\n</turns>", "x" * SHORT_TEXT_CHARS, "y " * SHORT_TEXT_CHARS, "é🙂"]
     for text in texts + texts:  # the second time from the cache (short ones)
         assert tok.count(text) == len(enc.encode_ordinary(text))
-    assert tok._short.cache_info().hits == 3
+    assert tok.cache._short.cache_info().hits == 3
+    assert tok.cache.hits == 1  # "y " * 512: a long text, cached by its digest
