@@ -8,7 +8,6 @@ page and prints where it is.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -151,11 +150,8 @@ def dashboard_job(out: Location, *, html: Location | None = None,
                             packets.tokens_saved if packets else None, billed, wasted)
 
 
-def print_dashboard(outcome: DashboardOutcome, *, as_json: bool = False) -> None:
-    """Where the page is, and its headline figures (or the ``--json`` document)."""
-    if as_json:
-        click.echo(json.dumps(outcome.as_dict(), indent=2))
-        return
+def print_dashboard(outcome: DashboardOutcome) -> None:
+    """Where the page is, and its headline figures."""
     last = outcome.nights[-1]
     findings = sum(last.severities.values())
     packets = ("" if outcome.sessions_needing_packets is None else

@@ -7,7 +7,6 @@ Thin: the rows are :func:`pipeline.costs.otel.otel_table`, the SDK and the write
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
@@ -117,15 +116,12 @@ def export_otel(out: Location, *, endpoint: str | None = None, dest: Location | 
     return OtelExport(source, table.num_rows, sessions, unpriced, kind, where)
 
 
-def print_export(result: OtelExport, *, as_json: bool = False) -> None:
-    """One line (or the ``--json`` document) saying what went where."""
+def print_export(result: OtelExport) -> None:
+    """One line saying what went where (and the warnings of a partial or unpriced run)."""
     if result.source.partial:
         click.echo(f"vakpipe: warning: {result.source.line()}", err=True)
     if result.unpriced_spans:
         click.echo(f"vakpipe: warning: {result.unpriced_spans:,} spans are of models the "
                    "price table does not know: vakpipe.cost.priced=false, cost 0", err=True)
-    if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2))
-        return
     click.echo(f"otel: {result.spans:,} spans ({result.sessions:,} sessions, GenAI semconv "
                f"{SEMCONV_VERSION}) → {result.destination} ({result.format})")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from pipeline.cli._output import json_option, json_output
+
 
 @click.command()
 @click.argument("out")
@@ -13,8 +15,7 @@ import click
               help="A price file, or an installed price-source plug-in.")
 @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
               help="fsspec storage option (repeatable).")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON document (vakpipe.dashboard/1) instead of the lines.")
+@json_option
 def dashboard(out: str, html_path: str | None, prices: str | None,
               storage_options: tuple[str, ...], as_json: bool) -> None:
     """Write the fleet dashboard of OUT: a nightly output (one point per date=
@@ -25,8 +26,11 @@ def dashboard(out: str, html_path: str | None, prices: str | None,
     from jobs.dashboard import dashboard_job, print_dashboard
     from pipeline.io.storage import parse_storage_options, resolve
 
-    options = parse_storage_options(storage_options)
-    outcome = dashboard_job(
-        resolve(out, options),
-        html=resolve(html_path, options) if html_path is not None else None, prices=prices)
-    print_dashboard(outcome, as_json=as_json)
+    with json_output("dashboard", as_json) as doc:
+        options = parse_storage_options(storage_options)
+        outcome = dashboard_job(
+            resolve(out, options),
+            html=resolve(html_path, options) if html_path is not None else None,
+            prices=prices)
+        print_dashboard(outcome)
+        doc.set(outcome.as_dict())

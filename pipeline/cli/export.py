@@ -6,6 +6,7 @@ from datetime import datetime
 
 import click
 
+from pipeline.cli._output import json_option, json_output
 from pipeline.errors import UsageError
 
 
@@ -44,8 +45,7 @@ def _header(pairs: tuple[str, ...]) -> dict[str, str] | None:
               help="A price file, or an installed price-source plug-in.")
 @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
               help="fsspec storage option (repeatable).")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON document (vakpipe.export-otel/1) instead of the line.")
+@json_option
 def otel(out: str, endpoint: str | None, file_: str | None, headers: tuple[str, ...],
          timeout: float, since: datetime | None, until: datetime | None, prices: str | None,
          storage_options: tuple[str, ...], as_json: bool) -> None:
@@ -58,11 +58,13 @@ def otel(out: str, endpoint: str | None, file_: str | None, headers: tuple[str, 
     from jobs.export_otel import export_otel, print_export
     from pipeline.io.storage import parse_storage_options, resolve
 
-    options = parse_storage_options(storage_options)
-    result = export_otel(
-        resolve(out, options), endpoint=endpoint,
-        dest=resolve(file_, options) if file_ is not None else None,
-        headers=_header(headers), timeout=timeout,
-        since=since.date() if since else None, until=until.date() if until else None,
-        prices=prices)
-    print_export(result, as_json=as_json)
+    with json_output("export-otel", as_json) as doc:
+        options = parse_storage_options(storage_options)
+        result = export_otel(
+            resolve(out, options), endpoint=endpoint,
+            dest=resolve(file_, options) if file_ is not None else None,
+            headers=_header(headers), timeout=timeout,
+            since=since.date() if since else None, until=until.date() if until else None,
+            prices=prices)
+        print_export(result)
+        doc.set(result.as_dict())

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-#: The ``--json`` document's schema (docs/plugins.md).
-SCHEMA = "vakpipe.plugins/1"
+from pipeline.cli._output import json_option, json_output
 
 
 def _builtin() -> dict[str, list[str]]:
@@ -58,28 +56,26 @@ def _rows() -> list[dict[str, Any]]:
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True,
-              help=f"Print one JSON document ({SCHEMA}) instead of the text.")
+@json_option
 def plugins(as_json: bool) -> None:
     """List the rule sets, summarisers, price sources and transcript formats vakpipe
     knows: its own, then the plug-ins installed (entry point groups vakpipe.rule_sets,
     vakpipe.summarisers, vakpipe.price_sources, vakpipe.transcript_formats).
 
     A plug-in that does not load is listed with the one line saying why (exit 0)."""
-    rows = _rows()
-    if as_json:
-        click.echo(json.dumps({"schema": SCHEMA, "plugins": rows}, indent=2))
-        return
-    for kind in _builtin():
-        mine = [r for r in rows if r["kind"] == kind]
-        click.echo(f"{kind} ({mine[0]['group']}):")
-        for r in mine:
-            if r["builtin"]:
-                where = "built-in"
-            else:
-                where = (f"plug-in {r['distribution'] or '?'} {r['version'] or ''}".rstrip()
-                         + f" ({r['entry_point']})")
-            line = f"  {r['name']:<20} {where}"
-            if r["error"]:
-                line += f"\n  {'':<20} BROKEN: {r['error']}"
-            click.echo(line)
+    with json_output("plugins", as_json) as doc:
+        rows = _rows()
+        for kind in _builtin():
+            mine = [r for r in rows if r["kind"] == kind]
+            click.echo(f"{kind} ({mine[0]['group']}):")
+            for r in mine:
+                if r["builtin"]:
+                    where = "built-in"
+                else:
+                    where = (f"plug-in {r['distribution'] or '?'} {r['version'] or ''}".rstrip()
+                             + f" ({r['entry_point']})")
+                line = f"  {r['name']:<20} {where}"
+                if r["error"]:
+                    line += f"\n  {'':<20} BROKEN: {r['error']}"
+                click.echo(line)
+        doc.set({"plugins": rows})
