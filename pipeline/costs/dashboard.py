@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.costs.html import _CSS, SPLIT_COLOURS, _Charts, _table, model_colours
+from pipeline.costs.html import PAGE_CSS, SPLIT_COLOURS, Charts, html_table, model_colours
 from pipeline.costs.pricing import PriceTable
 from pipeline.costs.report import price_usage
 
@@ -177,7 +177,7 @@ def packet_savings(compaction: pa.Table, n: int = TOP) -> PacketSavings:
 # --- the page ---------------------------------------------------------------------------
 
 
-def _trend(page: DashboardPage, charts: _Charts) -> str:
+def _trend(page: DashboardPage, charts: Charts) -> str:
     labels = [n.label for n in page.nights]
     series = {s: [float(n.severities.get(s, 0)) for n in page.nights] for s in SEVERITIES}
     chart = charts.bars("Integrity findings per night, by severity", labels, series,
@@ -188,13 +188,13 @@ def _trend(page: DashboardPage, charts: _Charts) -> str:
     codes = sorted({c for n in page.nights for c in n.codes})
     by_code = [{"code": c, **{n.label: n.codes.get(c, 0) for n in page.nights}}
                for c in codes]
-    return (chart + _table(rows, ["night", "sessions", *SEVERITIES, "partial"])
+    return (chart + html_table(rows, ["night", "sessions", *SEVERITIES, "partial"])
             + "<h3>Findings by code and night</h3>"
-            + (_table(by_code, ["code", *labels], full=len(labels) > 8) if by_code
+            + (html_table(by_code, ["code", *labels], full=len(labels) > 8) if by_code
                else "<p class=note>no findings.</p>"))
 
 
-def _history(page: DashboardPage, charts: _Charts) -> str:
+def _history(page: DashboardPage, charts: Charts) -> str:
     total = sum(n.codes.get(c, 0) for n in page.nights for c in HISTORY_CODES)
     rows = [{"night": n.label, **{c: n.codes.get(c, 0) for c in HISTORY_CODES}}
             for n in page.nights]
@@ -205,10 +205,10 @@ def _history(page: DashboardPage, charts: _Charts) -> str:
         return lead + "<p class=note>none: every verified history still hashes the same.</p>"
     series = {c: [float(n.codes.get(c, 0)) for n in page.nights] for c in HISTORY_CODES}
     return lead + charts.bars("History breaks per night", [n.label for n in page.nights],
-                              series, "findings") + _table(rows, ["night", *HISTORY_CODES])
+                              series, "findings") + html_table(rows, ["night", *HISTORY_CODES])
 
 
-def _packets(page: DashboardPage, charts: _Charts) -> str:
+def _packets(page: DashboardPage, charts: Charts) -> str:
     p = page.packets
     if p is None:
         return ("<p class=note>no compaction table: run the nightly audit with "
@@ -222,11 +222,11 @@ def _packets(page: DashboardPage, charts: _Charts) -> str:
     chart = charts.bars("Tokens the planned packets would save, top sessions",
                         [r["session"] for r in p.top],
                         {"tokens saved": [float(r["tokens_saved"]) for r in p.top]}, "tokens")
-    return text + chart + _table(p.top, ["session", "model", "packets", "tokens_before",
+    return text + chart + html_table(p.top, ["session", "model", "packets", "tokens_before",
                                          "tokens_after", "tokens_saved"])
 
 
-def _saturation(page: DashboardPage, charts: _Charts) -> str:
+def _saturation(page: DashboardPage, charts: Charts) -> str:
     if page.saturation is None:
         return ("<p class=note>no replay in this run (no <code>requests</code> table): the "
                 "nightly audit replays; <code>vakpipe audit --replay</code> does too.</p>")
@@ -237,11 +237,11 @@ def _saturation(page: DashboardPage, charts: _Charts) -> str:
     series = {label: [float(r[label]) for r in page.saturation] for label in labels}
     chart = charts.bars("Requests by window saturation, per model", models, series,
                         "requests", colours=_BAND_COLOURS)
-    return chart + _table(page.saturation, ["model", "requests", *labels, "median %",
+    return chart + html_table(page.saturation, ["model", "requests", *labels, "median %",
                                             "max %"])
 
 
-def _cost(page: DashboardPage, charts: _Charts) -> str:
+def _cost(page: DashboardPage, charts: Charts) -> str:
     if not page.cost:
         return "<p class=note>no billed usage.</p>"
     days = sorted({r["day"] for r in page.cost})
@@ -272,10 +272,10 @@ def _cost(page: DashboardPage, charts: _Charts) -> str:
                     colours={"effective": SPLIT_COLOURS["effective"],
                              "wasted": SPLIT_COLOURS["wasted: abandoned branches"]}),
         "<h3>By project</h3>",
-        _table(by_total, ["project", "billed_usd", "effective_usd", "wasted_usd",
+        html_table(by_total, ["project", "billed_usd", "effective_usd", "wasted_usd",
                           "wasted_tokens"]),
         "<h3>By project and day</h3>",
-        _table(page.cost, ["day", "project", "billed_usd", "effective_usd", "wasted_usd",
+        html_table(page.cost, ["day", "project", "billed_usd", "effective_usd", "wasted_usd",
                            "billed_tokens", "wasted_tokens"], full=True),
     ])
 
@@ -283,7 +283,7 @@ def _cost(page: DashboardPage, charts: _Charts) -> str:
 def _waste(page: DashboardPage) -> str:
     if not page.top_waste:
         return "<p class=note>no session wasted anything.</p>"
-    return _table(page.top_waste, ["session", "wasted_usd", "wasted_tokens",
+    return html_table(page.top_waste, ["session", "wasted_usd", "wasted_tokens",
                                    "wasted_abandoned_usd", "wasted_retry_usd", "billed_usd"],
                   full=True)
 
@@ -301,7 +301,7 @@ def render_dashboard(page: DashboardPage) -> str:
     str
         A complete HTML document; plotly.js is inlined, nothing is fetched.
     """
-    charts = _Charts()
+    charts = Charts()
     newest = page.nights[-1].label if page.nights else "?"
     partial = [n.label for n in page.nights if n.partial]
     banner = ("<div class=warn id=partial role=alert><b>PARTIAL NIGHTS: "
@@ -312,7 +312,7 @@ def render_dashboard(page: DashboardPage) -> str:
             f"</code>); {html.escape(page.prices)}")
     return "".join([
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
-        "<title>vakpipe fleet dashboard</title>", f"<style>{_CSS}</style></head><body>",
+        "<title>vakpipe fleet dashboard</title>", f"<style>{PAGE_CSS}</style></head><body>",
         "<h1>vakpipe fleet dashboard</h1>", banner, f"<p class=note>{meta}</p>",
         "<h2 id=findings>Integrity findings per night</h2>", _trend(page, charts),
         "<h2 id=history>History breaks</h2>", _history(page, charts),

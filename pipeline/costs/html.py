@@ -43,7 +43,7 @@ UNDER_COLOUR, OVER_COLOUR = "#2E91E5", "#FB0D0D"
 # Tables: in a box that scrolls sideways (.wide) instead of running past the page's
 # right edge; text cells (paths, model names) and headers (at their underscores) wrap,
 # figures stay on one line. The grouped table (.full) may use the window's whole width.
-_CSS = """
+PAGE_CSS = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;
 color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{padding:.25em .6em;
@@ -167,8 +167,10 @@ def _cell(v: Any, usd: bool = False) -> str:
 _ROW_CLASS = {Level.OK: "", Level.WARN: " class=over", Level.LIMIT: " class=limit"}
 
 
-def _table(rows: list[dict[str, Any]], columns: Sequence[str], *, full: bool = False,
-           classes: Sequence[str] | None = None) -> str:
+def html_table(rows: list[dict[str, Any]], columns: Sequence[str], *, full: bool = False,
+               classes: Sequence[str] | None = None) -> str:
+    """``rows`` as an escaped HTML table of ``columns`` (every chart's numbers beside it;
+    the cost report's and the dashboard's); ``classes``, one attribute text per row."""
     # A column's name as in costs.csv, breakable after each underscore.
     head = "".join(f"<th>{html.escape(c).replace('_', '_<wbr>')}</th>" for c in columns)
     body = "".join(f"<tr{classes[i] if classes else ''}>"
@@ -178,7 +180,7 @@ def _table(rows: list[dict[str, Any]], columns: Sequence[str], *, full: bool = F
     return f"<div class='{box}'><table><tr>{head}</tr>{body}</table></div>"
 
 
-class _Charts:
+class Charts:
     """Bar charts as HTML fragments, written as plotly's ``Figure.to_html`` writes them
     (plotly.js, from the installed plotly package, goes into the first one only).
 
@@ -285,7 +287,7 @@ def _figure_html(div_id: str, data: list[dict[str, Any]], layout: dict[str, Any]
             f"{script};            </script>        </div>")
 
 
-def _daily_by_model(report: CostReport, charts: _Charts) -> str:
+def _daily_by_model(report: CostReport, charts: Charts) -> str:
     t = report.table
     if t.num_rows == 0:
         return "<p class=note>no billed usage in the window</p>"
@@ -300,7 +302,7 @@ def _daily_by_model(report: CostReport, charts: _Charts) -> str:
                        colours=model_colours(series))
 
 
-def _billed_split(report: CostReport, charts: _Charts) -> str:
+def _billed_split(report: CostReport, charts: Charts) -> str:
     t = report.table
     if t.num_rows == 0:
         return ""
@@ -312,7 +314,7 @@ def _billed_split(report: CostReport, charts: _Charts) -> str:
                        colours=SPLIT_COLOURS)
 
 
-def _saturation(page: CostPage, charts: _Charts) -> str:
+def _saturation(page: CostPage, charts: Charts) -> str:
     if page.saturation is None:
         return ("<p class=note>no replay in this run (no <code>requests</code> table): "
                 "run <code>vakpipe audit --replay</code> to see how full each request's "
@@ -334,7 +336,7 @@ def _saturation(page: CostPage, charts: _Charts) -> str:
                                  "at or over the window": OVER_COLOUR})
     chart = (f"<p><b>{total_over:,}</b> of {sum(n for _, n in page.saturation):,} requests "
              "were at or over their model's input window (red).</p>" + chart)
-    hints = _table([{"hint level": k, "requests": v}
+    hints = html_table([{"hint level": k, "requests": v}
                     for k, v in sorted((page.hints or {}).items())], ["hint level", "requests"])
     return chart + hints
 
@@ -355,7 +357,7 @@ def _packets(page: CostPage) -> str:
             "superseded ones left out), as the run planned them (not cut to the days "
             "above).</p>")
     if p.top:
-        text += _table(p.top, list(p.top[0]))
+        text += html_table(p.top, list(p.top[0]))
     return text
 
 
@@ -371,8 +373,8 @@ def _totals(report: CostReport) -> str:
     kinds = [{"billed by kind": k.replace("_", " "), "usd": row.get(f"billed_{k}_usd", 0.0),
               "tokens": row.get(f"billed_{k}_tokens", 0)}
              for k in ("input", "output", "cache_read", "cache_write")]
-    return (_table(rows, ["measure", "usd", "tokens"])
-            + _table(kinds, ["billed by kind", "usd", "tokens"]))
+    return (html_table(rows, ["measure", "usd", "tokens"])
+            + html_table(kinds, ["billed by kind", "usd", "tokens"]))
 
 
 def _partial_banner(page: CostPage) -> str:
@@ -407,7 +409,7 @@ def _budgets(page: CostPage) -> str:
     columns = ["budget", "period", "project", "agent", "spent_usd", "warn_usd", "limit_usd",
                "projected_usd", "running", "status", "projected_status"]
     return ("<h2 id=budgets>Budgets</h2>"
-            + _table(rows, columns, full=True,
+            + html_table(rows, columns, full=True,
                      classes=[_ROW_CLASS[s.level] for s in page.budgets]))
 
 
@@ -425,7 +427,7 @@ def render(page: CostPage) -> str:
     str
         A complete HTML document; plotly.js is inlined, nothing is fetched.
     """
-    charts = _Charts()
+    charts = Charts()
     unknown = page.grouped.unknown
     warn = ("<div class=warn><b>Unknown models: their usage is NOT PRICED (counted as $0)."
             "</b><ul>" + "".join(
@@ -457,7 +459,7 @@ def render(page: CostPage) -> str:
     marks = [_ROW_CLASS[row_level(r, page.budgets)] for r in grouped[:MAX_ROWS]]
     return "".join([
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
-        "<title>vakpipe cost report</title>", f"<style>{_CSS}</style></head><body>",
+        "<title>vakpipe cost report</title>", f"<style>{PAGE_CSS}</style></head><body>",
         "<h1>vakpipe cost report</h1>", _partial_banner(page), _budget_banner(page),
         f"<p class=note>{meta}</p>",
         warn,
@@ -467,7 +469,7 @@ def render(page: CostPage) -> str:
         "<h2 id=saturation>Window saturation</h2>", _saturation(page, charts),
         "<h2 id=packets>Sessions needing packets</h2>", _packets(page),
         f"<h2 id=grouped>Cost by {html.escape(by)}</h2>", cut,
-        _table(grouped[:MAX_ROWS], columns, full=True,
+        html_table(grouped[:MAX_ROWS], columns, full=True,
                classes=marks if page.budgets else None),
         "</body></html>\n",
     ])

@@ -1,5 +1,5 @@
 """The cost report's charts are written without plotly's Python objects
-(:class:`pipeline.costs.html._Charts`): each fragment must be what plotly's own
+(:class:`pipeline.costs.html.Charts`): each fragment must be what plotly's own
 ``Figure.to_html`` writes for the same figure, to the byte but for the key order inside
 the ``plotly_white`` template (same content, read from plotly's template file).
 """
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plotly.io.json import to_json_plotly
 
-from pipeline.costs.html import _Charts, _plotly_asset, _plotly_json
+from pipeline.costs.html import Charts, _plotly_asset, _plotly_json
 from pipeline.ledger.text import html_text
 
 
@@ -66,7 +66,7 @@ def test_a_chart_is_what_plotly_writes(data: st.DataObject, x: list[str],
     series = {name: data.draw(st.lists(_values, min_size=len(x), max_size=len(x)))
               for name in names}
     colours = {k: v for k, v in names.items() if v is not None}
-    charts = _Charts()
+    charts = Charts()
     charts.n = 1  # the second chart of a page: no plotly.js (checked apart, once)
     mine = charts.bars(title, x, series, y_title, colours=colours, log_y=log_y,
                        counts=counts)
@@ -77,7 +77,7 @@ def test_a_chart_is_what_plotly_writes(data: st.DataObject, x: list[str],
 
 def test_the_first_chart_carries_plotly_js_as_plotly_writes_it() -> None:
     series = {"claude-opus-4-6": [1.5, 0.0], "gpt-5.5 <b>": [0.25, 2.0]}
-    mine = _Charts().bars("Billed ≥150% – cost", ["2026-11-01", "2026-11-02"], series, "USD",
+    mine = Charts().bars("Billed ≥150% – cost", ["2026-11-01", "2026-11-02"], series, "USD",
                           colours={"claude-opus-4-6": "#2E91E5"})
     theirs = plotly_bars(1, "Billed ≥150% – cost", ["2026-11-01", "2026-11-02"], series,
                          "USD", colours={"claude-opus-4-6": "#2E91E5"})
