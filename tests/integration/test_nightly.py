@@ -33,6 +33,7 @@ from pipeline.io.commit import MANIFEST, read_manifest
 from pipeline.io.storage import Location, enumerate_sessions, resolve
 from pipeline.run.replay_batches import ReplayOptions, replay_batch
 from pipeline.synth.fleet import GROUND_TRUTH, grow_session, write_fleet
+from tests.helpers.fleets import copied_fleet
 from tests.helpers.storage import BUCKET, committed_rows
 
 D1, D2, D3, D4 = (date(2026, 12, d) for d in (1, 2, 3, 4))
@@ -41,21 +42,10 @@ DATASETS = ("integrity/sessions", "integrity/findings", "usage", "turns", "reque
 HISTORY = ("history_truncated", "history_rewritten", "session_missing")
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Ten small sessions (two with injected faults), generated once per module."""
-    root = tmp_path_factory.mktemp("generated")
-    write_fleet(resolve(str(root)), sessions=10, seed=21, faults=True, size_scale=0.5,
-                consistent=False)
-    return root
-
-
-@pytest.fixture
-def archive(generated: Path, tmp_path: Path) -> Path:
-    """This test's own copy of the generated fleet."""
-    root = tmp_path / "archive"
-    shutil.copytree(generated, root)
-    return root
+#: Ten small sessions (two with injected faults), generated once per module; each test
+#: its own copy.
+generated, archive = copied_fleet("generated", sessions=10, seed=21, faults=True,
+                                  size_scale=0.5, consistent=False)
 
 
 def clean_sessions(root: Path) -> list[str]:

@@ -38,25 +38,15 @@ from pipeline.io.commit import read_dataset
 from pipeline.io.storage import resolve
 from pipeline.run.replay_batches import ReplayOptions
 from pipeline.synth.fleet import grow_session, write_fleet
+from tests.helpers.fleets import copied_fleet
 from tests.helpers.storage import BUCKET, plain_rows
 from tests.integration.test_nightly import D1, D2, D3, DATASETS, clean_sessions
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("generated-delta")
-    write_fleet(resolve(str(root)), sessions=10, seed=21, faults=True, size_scale=0.5,
-                consistent=False)
-    return root
-
-
-@pytest.fixture
-def archive(generated: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "archive"
-    shutil.copytree(generated, root)
-    return root
+generated, archive = copied_fleet("generated-delta", sessions=10, seed=21, faults=True,
+                                  size_scale=0.5, consistent=False)
 
 
 def delta_night(root: Path, out: Path, day: date, scheduler: str, **kw: Any) -> Any:

@@ -30,7 +30,7 @@ import pytest
 from pipeline.cli import EXIT_OK, EXIT_UNUSABLE
 from pipeline.io.commit import MANIFEST, STAGING, read_manifest
 from pipeline.io.storage import resolve
-from pipeline.synth.fleet import write_fleet
+from tests.helpers.fleets import copied_fleet
 from tests.helpers.storage import vakpipe_exe
 
 WINDOW = "8000"  # small enough that the fleet below gets packets (compacted copies)
@@ -58,19 +58,8 @@ def fingerprint(root: Path) -> dict[str, str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("fleet") / "archive"
-    write_fleet(resolve(str(root)), sessions=6, seed=3)
-    return root
-
-
-@pytest.fixture
-def archive(fleet: Path, tmp_path: Path) -> Path:
-    """A fresh copy of the fleet for each test (an attack that worked would change it)."""
-    root = tmp_path / "archive"
-    shutil.copytree(fleet, root)
-    return root
+#: Each test attacks its own copy (an attack that worked would change it).
+generated, archive = copied_fleet("fleet", sessions=6, seed=3)
 
 
 def ledgers(archive: Path) -> list[Path]:

@@ -34,27 +34,16 @@ from jobs.nightly_audit import SUMMARY_FILE, partition
 from pipeline.cli import EXIT_PARTIAL, EXIT_UNUSABLE, run
 from pipeline.io.commit import MANIFEST
 from pipeline.io.storage import resolve
-from pipeline.synth.fleet import GROUND_TRUTH, write_fleet
+from pipeline.synth.fleet import GROUND_TRUTH
+from tests.helpers.fleets import copied_fleet
 from tests.helpers.ledgers import sample_session, session_key
 from tests.helpers.storage import committed_rows, vakpipe_exe
 
 D1, D2, D3 = (date(2026, 12, d) for d in (1, 2, 3))
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("tamper-fleet")
-    write_fleet(resolve(str(root)), sessions=3, seed=21, size_scale=0.4, consistent=False)
-    return root
-
-
-@pytest.fixture
-def archive(generated: Path, tmp_path: Path) -> Path:
-    import shutil
-
-    root = tmp_path / "archive"
-    shutil.copytree(generated, root)
-    return root
+generated, archive = copied_fleet("tamper-fleet", sessions=3, seed=21, size_scale=0.4,
+                                  consistent=False)
 
 
 def a_clean_session(root: Path) -> str:
