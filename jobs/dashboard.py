@@ -1,8 +1,9 @@
 """The fleet dashboard job (``vakpipe dashboard``): one HTML page for a nightly output
-(every ``date=`` partition: the trend; the newest: everything else) or for one run.
+(every ``date=`` partition, or every night of a ``--format delta`` output: the trend; the
+newest: everything else) or for one run.
 
 Thin: the figures and the page are :mod:`pipeline.costs.dashboard`; this module finds the
-nights, reads their tables through :func:`pipeline.io.commit.read_dataset`, writes the
+nights, reads their tables through :func:`pipeline.io.commit.read_run_dataset`, writes the
 page and prints where it is.
 """
 
@@ -28,7 +29,9 @@ from pipeline.costs.dashboard import (
 from pipeline.costs.pricing import load_prices
 from pipeline.costs.report import price_usage, unknown_lines
 from pipeline.errors import UsageError
-from pipeline.io.commit import read_dataset, read_manifest
+from pipeline.io.commit import read_manifest, read_run_dataset, read_run_manifest
+from pipeline.io.delta import NIGHT, NIGHTS, Tables, table_exists
+from pipeline.io.delta import nights as committed_nights
 from pipeline.io.files import write_file
 from pipeline.io.storage import Location, storage_error, storage_errors
 from pipeline.tables.partial import InputRun
@@ -65,7 +68,7 @@ class DashboardOutcome:
 def _optional(loc: Location, manifest: dict[str, Any], dataset: str) -> pa.Table | None:
     if dataset not in manifest.get("datasets", {}):
         return None
-    return read_dataset(loc, dataset)
+    return read_run_dataset(loc, dataset)
 
 
 def _runs(out: Location) -> list[tuple[str, Location, dict[str, Any]]]:
@@ -91,6 +94,14 @@ def _runs(out: Location) -> list[tuple[str, Location, dict[str, Any]]]:
         found = read_manifest(loc)
         if found is not None:
             runs.append((m.group(1), loc, found))
+    if not runs and table_exists(out, NIGHTS):
+        # A Delta nightly output (`nightly --format delta`): one point per night
+        # committed, each read as of itself (OUT/night=YYYY-MM-DD).
+        for day in sorted({str(r[NIGHT]) for r in committed_nights(Tables(out))}):
+            loc = out.child(f"night={day}")
+            found = read_run_manifest(loc)
+            if found is not None:
+                runs.append((day, loc, found))
     if not runs:
         raise UsageError(f"{out.url}: no committed run and no nightly partition (date=…) "
                          "with one; run `vakpipe audit` or `vakpipe nightly` into it first")
@@ -119,11 +130,11 @@ def dashboard_job(out: Location, *, html: Location | None = None,
         runs = _runs(out)
         nights = []
         for label, loc, manifest in runs:
-            nights.append(night_of(label, read_dataset(loc, "integrity/sessions"),
-                                   read_dataset(loc, "integrity/findings"),
+            nights.append(night_of(label, read_run_dataset(loc, "integrity/sessions"),
+                                   read_run_dataset(loc, "integrity/findings"),
                                    partial=InputRun.of(loc.url, manifest).partial))
         _, newest, manifest = runs[-1]
-        sessions = read_dataset(newest, "integrity/sessions")
+        sessions = read_run_dataset(newest, "integrity/sessions")
         usage = _optional(newest, manifest, "usage")
         requests = _optional(newest, manifest, "requests")
         compaction = _optional(newest, manifest, "compaction")

@@ -115,3 +115,25 @@ def test_one_run_and_the_default_place(nightly: Path, tmp_path: Path) -> None:
     done = vakpipe("dashboard", str(empty))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "no committed run" in done.stderr
+
+
+def test_a_delta_nightly_output_has_one_point_per_night(tmp_path: Path) -> None:
+    # `nightly --format delta` keeps its nights in Delta tables, not date= folders: the
+    # dashboard reads each night as of itself, and the history break on the second.
+    root = tmp_path / "archive"
+    write_fleet(resolve(str(root)), sessions=6, seed=5, size_scale=0.4)
+    out = tmp_path / "delta"
+    common = ["--workers", "0", "--no-progress", "--format", "delta"]
+    for day in ("2026-12-01", "2026-12-02"):
+        done = vakpipe("nightly", str(root), "--out", str(out), "--date", day, *common)
+        assert done.returncode == 0, done.stderr
+        ledger = sorted(root.rglob("*.jsonl"))[0]
+        ledger.write_bytes(ledger.read_bytes()[:1500])  # cut short before the next night
+    done = vakpipe("dashboard", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    nights = {n["night"]: n for n in doc["nights"]}
+    assert list(nights) == ["2026-12-01", "2026-12-02"]
+    assert all(n["sessions"] == 6 for n in nights.values())
+    assert nights["2026-12-02"]["codes"].get("history_truncated", 0) == 1
+    assert (out / "dashboard.html").exists() and doc["billed_usd"] > 0
