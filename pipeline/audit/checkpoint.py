@@ -34,6 +34,9 @@ class Checkpoint:
     head_hash: str | None
     etag: str | None
     size: int
+    #: A segment ledger's :class:`~pipeline.ledger.segments.SegmentCheckpoint` as JSON
+    #: (``None`` for a JSONL object, or a checkpoint taken before it existed).
+    segments: str | None = None
 
     def as_row(self) -> dict[str, Any]:
         """The row of the ``checkpoints`` table."""
@@ -42,7 +45,10 @@ class Checkpoint:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Checkpoint:
         """Read a row of the ``checkpoints`` table."""
-        return cls(*(row[f] for f in cls.__slots__))
+        # ``segments`` may be absent from a table written before it existed.
+        values: list[Any] = [row[f] if f != "segments" else row.get(f)
+                             for f in cls.__slots__]
+        return cls(*values)
 
     def reread(self) -> Checkpoint:
         """The same checkpoint without its ETag: the next run reads the object again.
@@ -148,10 +154,13 @@ class PrefixHasher:
         return []
 
 
-def checkpoint_of(path: str, hasher: PrefixHasher, row: dict[str, Any]) -> Checkpoint:
-    """The new checkpoint of a session just audited (``row``: its integrity row)."""
+def checkpoint_of(path: str, hasher: PrefixHasher, row: dict[str, Any],
+                  segments: str | None = None) -> Checkpoint:
+    """The new checkpoint of a session just audited (``row``: its integrity row;
+    ``segments``: a segment ledger's own checkpoint, as JSON)."""
     return Checkpoint(path, hasher.verified, hasher.digest, int(row.get("entries") or 0),
-                      row.get("head_hash"), row.get("etag"), int(row.get("bytes") or 0))
+                      row.get("head_hash"), row.get("etag"), int(row.get("bytes") or 0),
+                      segments)
 
 
 def missing_finding(previous: Checkpoint) -> Finding:

@@ -22,7 +22,12 @@ from pipeline.ledger.keys import (
     open_key_file,
     vak_scope_keys,
 )
-from pipeline.ledger.segments import SegmentLines, is_member, read_segment_ledger
+from pipeline.ledger.segments import (
+    SegmentCheckpoint,
+    SegmentLines,
+    is_member,
+    read_segment_ledger,
+)
 from pipeline.ledger.types import OversizeLine
 
 
@@ -38,7 +43,9 @@ def directory_version(members: list[tuple[str, dict[str, Any]]],
 
 
 def segment_lines(fs: Any, path: str, keys: KeyProvider | None, *, local: bool,
-                  max_line_bytes: int, tap: Callable[[bytes], object] | None = None
+                  max_line_bytes: int, tap: Callable[[bytes], object] | None = None,
+                  previous: SegmentCheckpoint | None = None,
+                  version: Callable[[dict[str, Any]], str | None] | None = None
                   ) -> SegmentLines:
     """The projection lines of the ledger directory ``path`` (as
     :func:`~pipeline.io.storage.open_lines` yields a JSONL object's), as
@@ -46,7 +53,9 @@ def segment_lines(fs: Any, path: str, keys: KeyProvider | None, *, local: bool,
 
     A projection line longer than ``max_line_bytes`` is handed on as an
     :class:`~pipeline.ledger.types.OversizeLine`, as a JSONL line would be; ``tap`` sees
-    every line.
+    every line. ``previous`` (a nightly's checkpoint of the ledger) and ``version`` (the
+    version token of a member's listing) let unchanged sealed segments go unread
+    (:func:`~pipeline.ledger.segments.read_segment_ledger`).
 
     Raises
     ------
@@ -55,6 +64,7 @@ def segment_lines(fs: Any, path: str, keys: KeyProvider | None, *, local: bool,
         reports the session unreadable).
     """
     names: list[str] = []
+    members: dict[str, tuple[int, str | None]] = {}
     for info in fs.ls(path, detail=True):
         name = posixpath.basename(str(info.get("name", "")).rstrip("/"))
         if info.get("type", "file") != "file" or not is_member(name):
@@ -62,6 +72,8 @@ def segment_lines(fs: Any, path: str, keys: KeyProvider | None, *, local: bool,
         if local and os.path.islink(posixpath.join(path, name)):
             continue
         names.append(name)
+        if version is not None:
+            members[name] = (int(info.get("size") or 0), version(info))
 
     def read(name: str) -> bytes:
         full = posixpath.join(path, name)
@@ -81,7 +93,8 @@ def segment_lines(fs: Any, path: str, keys: KeyProvider | None, *, local: bool,
             else:
                 yield line
 
-    return read_segment_ledger(names, read, keys).map(guard)
+    return read_segment_ledger(names, read, keys, previous=previous,
+                               members=members).map(guard)
 
 
 #: The environment variable vak's key file passphrase is read from (never a flag: a

@@ -43,7 +43,7 @@ from pipeline.ledger.layout import (
     parse_session_path,
     segment_member,
 )
-from pipeline.ledger.segments import is_ledger, is_member
+from pipeline.ledger.segments import SegmentCheckpoint, is_ledger, is_member
 from pipeline.ledger.types import OversizeLine
 
 #: Protocols whose paths are object keys under a bucket, with no folders to create.
@@ -687,7 +687,8 @@ def guarded_lines(f: Any, max_line_bytes: int = MAX_LINE_BYTES,
 
 @contextmanager
 def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_LINE_BYTES,
-               tap: Tap | None = None) -> Iterator[Iterator[bytes]]:
+               tap: Tap | None = None, segments_before: SegmentCheckpoint | None = None
+               ) -> Iterator[Iterator[bytes]]:
     """Open one session object for streamed, line-by-line reading.
 
     Yields an iterator of physical lines (bytes, with their ``\\n``), lines over
@@ -702,6 +703,8 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
     as ``If-Match`` with every ranged GET, so a replacement between two of them fails
     the read instead of splicing two versions; a local file is looked at again after
     its last line.
+
+    ``segments_before``: a nightly's checkpoint of a segment ledger (docs/segments.md).
     """
     if obj.unreadable is not None:
         # Known at listing time (a dangling link): never opened, so never followed.
@@ -711,7 +714,8 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
         # projection, its integrity on the lines' report (docs/segments.md).
         local = issubclass(fsspec.get_filesystem_class(root.protocol), LocalFileSystem)
         yield segment_lines(root.filesystem(), obj.full_path, root.keys, local=local,
-                            max_line_bytes=max_line_bytes, tap=tap)
+                            max_line_bytes=max_line_bytes, tap=tap,
+                            previous=segments_before, version=object_version)
         return
     codec = obj.key.compression
     if issubclass(fsspec.get_filesystem_class(root.protocol), LocalFileSystem):

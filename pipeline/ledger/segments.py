@@ -25,7 +25,7 @@ import hashlib
 import io
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -249,6 +249,73 @@ class SealEntry:
                 f"{int(self.compressed)}").encode("ascii")
 
 
+@dataclass(frozen=True, slots=True)
+class VerifiedSegment:
+    """A sealed segment a night verified clean: its file as listed (name, size, version
+    token), the SHA-256 of its bytes and its frames (all, and sealed ones)."""
+
+    number: int
+    name: str
+    size: int
+    version: str | None
+    sha256: str
+    frames: int
+    sealed_frames: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentCheckpoint:
+    """What a night verified of one segment ledger (a monitor's checkpoint, as
+    Certificate Transparency monitors keep one per log).
+
+    ``seals`` are the seal entries of ``seals.log`` (segment -> entries, head hex);
+    ``verified`` the sealed segments verified clean; ``open_segment`` the number of the
+    open segment read (0: none), ``open_bytes`` the bytes of its complete frames and
+    ``open_sha256`` their SHA-256.
+    """
+
+    seals: tuple[tuple[int, int, str], ...] = ()
+    verified: tuple[VerifiedSegment, ...] = ()
+    open_segment: int = 0
+    open_bytes: int = 0
+    open_sha256: str = ""
+
+    def to_json(self) -> str:
+        """The checkpoint as the ``segments`` column of the ``checkpoints`` table."""
+        return orjson.dumps({
+            "v": 1, "seals": [list(s) for s in self.seals],
+            "verified": [[v.number, v.name, v.size, v.version, v.sha256, v.frames,
+                          v.sealed_frames] for v in self.verified],
+            "open": [self.open_segment, self.open_bytes, self.open_sha256],
+        }).decode()
+
+    @classmethod
+    def from_json(cls, text: str | None) -> SegmentCheckpoint | None:
+        """Read a ``segments`` column; ``None`` when empty or not one (the ledger is
+        then read whole and checked on its projection, as before checkpoints)."""
+        if not text:
+            return None
+        try:
+            doc = orjson.loads(text)
+            seals = tuple((int(n), int(e), str(h)) for n, e, h in doc["seals"])
+            verified = tuple(VerifiedSegment(int(n), str(name), int(size),
+                                             None if v is None else str(v), str(sha),
+                                             int(f), int(sf))
+                             for n, name, size, v, sha, f, sf in doc["verified"])
+            n, b, sha = doc["open"]
+            return cls(seals, verified, int(n), int(b), str(sha))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return None
+
+    def seal(self, n: int) -> tuple[int, str] | None:
+        """The seal entry of segment ``n`` as verified (entries, head hex)."""
+        return next(((e, h) for m, e, h in self.seals if m == n), None)
+
+    def segment(self, n: int) -> VerifiedSegment | None:
+        """Segment ``n``'s record, when it was verified sealed and clean."""
+        return next((v for v in self.verified if v.number == n), None)
+
+
 @dataclass(slots=True)
 class SegmentReport:
     """A segment ledger's integrity, complete once its lines are consumed."""
@@ -267,6 +334,16 @@ class SegmentReport:
     sealed_reason: str | None = None
     #: Hex SHA-256 of the last frame read (the chain's head), else ``None``.
     head: str | None = None
+    #: Against a previous night's checkpoint: ``history_truncated`` /
+    #: ``history_rewritten`` findings (a seal entry, a sealed segment's bytes or the open
+    #: segment's verified frames that changed). Empty without a checkpoint.
+    history: list[Finding] = field(default_factory=list)
+    #: What this reading verified, for the next night (docs/segments.md).
+    checkpoint: SegmentCheckpoint | None = None
+    #: Bytes of member files read (unchanged sealed segments skipped are not).
+    bytes_read: int = 0
+    #: Sealed segments not read: unchanged since the checkpoint verified them.
+    skipped_segments: int = 0
 
     @property
     def content(self) -> str:
@@ -298,7 +375,10 @@ class SegmentLines:
 
 
 def read_segment_ledger(names: Iterable[str], read: Callable[[str], bytes],
-                        keys: KeyProvider | None = None) -> SegmentLines:
+                        keys: KeyProvider | None = None, *,
+                        previous: SegmentCheckpoint | None = None,
+                        members: Mapping[str, tuple[int, str | None]] | None = None
+                        ) -> SegmentLines:
     """Verify one segment ledger and project its entries as JSONL lines.
 
     Parameters
@@ -309,6 +389,13 @@ def read_segment_ledger(names: Iterable[str], read: Callable[[str], bytes],
         Returns the bytes of one of those files (its errors propagate: the IO layer's).
     keys:
         The key provider; ``None``: verification only, the content stays sealed.
+    previous:
+        A previous night's checkpoint of the ledger: the history it verified is checked
+        (``report.history``), and a sealed segment it verified clean whose file (size,
+        version), seal entry are unchanged is not read again when the content stays
+        sealed (no key: nothing of it is needed but its verification).
+    members:
+        File name -> (size, version token) as listed (needed to skip a segment).
 
     Returns
     -------
@@ -316,7 +403,14 @@ def read_segment_ledger(names: Iterable[str], read: Callable[[str], bytes],
         Iterate it for the projection's lines; then its ``report`` holds the findings.
     """
     report = SegmentReport()
-    return SegmentLines(_read(sorted(set(names)), read, keys, report), report)
+
+    def counted(name: str) -> bytes:
+        data = read(name)
+        report.bytes_read += len(data)
+        return data
+
+    return SegmentLines(_read(sorted(set(names)), counted, keys, report, previous,
+                              members or {}), report)
 
 
 def _at(name: str, index: int | None = None, offset: int | None = None) -> str:
@@ -472,7 +566,8 @@ def _sealed_frames(name: str, data: bytes, report: SegmentReport) -> bytes | Non
 
 
 def _read(names: list[str], read: Callable[[str], bytes], keys: KeyProvider | None,
-          report: SegmentReport) -> Iterator[bytes]:
+          report: SegmentReport, previous: SegmentCheckpoint | None = None,
+          members: Mapping[str, tuple[int, str | None]] | None = None) -> Iterator[bytes]:
     add = report.findings.append
     files: dict[int, set[str]] = {}
     for name in names:
@@ -491,6 +586,11 @@ def _read(names: list[str], read: Callable[[str], bytes], keys: KeyProvider | No
         if key is not None and len(key) != KEY_LEN:
             key = None  # a provider's bad value: no key, never a crash
     seals = _seals(read(SEALS), report) if SEALS in names else {}
+    history = _History(previous, report)
+    history.seals(seals)
+    members = members or {}
+    verified: list[VerifiedSegment] = []
+    opened: tuple[int, int, str] = (0, 0, "")
     content = _Content(key, report)
     if key is None and report.scope is not None and keys is not None \
             and keys.shredded(report.scope):
@@ -537,15 +637,46 @@ def _read(names: list[str], read: Callable[[str], bytes], keys: KeyProvider | No
                             f"segment {n}: no file and no seal entry (a gap in the "
                             "numbering)"))
                 prev = None
+            history.gone(n, retention=seal is not None and n != newest_sealed)
+            continue
+        before = previous.segment(n) if previous is not None else None
+        if key is None and seal is not None and before is not None and before.name == use \
+                and before.version is not None \
+                and members.get(use) == (before.size, before.version) \
+                and history.same_seal(n, seal) and before.sealed_frames == before.frames > 0:
+            # Verified clean before, file and seal entry unchanged, and its content is
+            # not read tonight (no key): reading it again would find what it found.
+            report.segments += 1
+            report.skipped_segments += 1
+            report.frames += before.frames
+            report.sealed_frames += before.sealed_frames
+            if report.sealed_reason is None:
+                report.sealed_reason = _why_sealed(report, content)
+            report.head = seal.head.hex()
+            verified.append(before)
+            prev = seal.head
             continue
         report.segments += 1
         data = read(use)
         frames = data if use.endswith(".log") else _sealed_frames(use, data, report)
+        if use.endswith(".sealed"):
+            history.sealed_bytes(before, use, data)
         if frames is None:
             prev = seal.head if seal is not None else None
             continue
+        history.open_segment(n, frames)
         walk = walk_frames(frames, prev)
         yield from _segment(use, n, walk, frames, seal, prev, content, report)
+        if use.endswith(".log"):
+            end = walk.torn_at if walk.torn_at is not None else len(frames)
+            opened = (n, end, hashlib.sha256(frames[:end]).hexdigest())
+        elif seal is not None and not walk.mismatches and not walk.bad_lengths \
+                and walk.torn_at is None and len(walk.frames) == seal.entries \
+                and walk.head == seal.head:
+            verified.append(VerifiedSegment(
+                n, use, len(data), members.get(use, (len(data), None))[1],
+                hashlib.sha256(data).hexdigest(), len(walk.frames),
+                sum(1 for f in walk.frames if f.flags & SEALED_FLAG)))
         if (use.endswith(".log") and n < last and seal is None
                 and any(k for m, k in files.items() if m > n)):
             add(Finding(Code.SEGMENT_NOT_SEALED, None, None,
@@ -555,6 +686,10 @@ def _read(names: list[str], read: Callable[[str], bytes], keys: KeyProvider | No
             add(Finding(Code.SEALED_SEGMENT_UNRECORDED, None, None,
                         f"{use}: sealed, but seals.log holds no seal entry for it"))
         prev = seal.head if seal is not None else walk.head
+    history.beyond(last)
+    report.checkpoint = SegmentCheckpoint(
+        tuple((n, s.entries, s.head.hex()) for n, s in sorted(seals.items())),
+        tuple(verified), *opened)
     content.finish()
     if report.sealed_frames > report.opened_frames and report.sealed_reason is None:
         report.sealed_reason = "content not opened"
@@ -563,6 +698,82 @@ def _read(names: list[str], read: Callable[[str], bytes], keys: KeyProvider | No
                     f"{report.sealed_frames:,} frames sealed under scope "
                     f"{(report.scope or '?')[:120]!r}: {report.sealed_reason}; verified "
                     "without reading their content"))
+
+
+class _History:
+    """Checks a ledger against a previous night's checkpoint: what was verified must
+    still be there, unchanged (``report.history``)."""
+
+    def __init__(self, previous: SegmentCheckpoint | None, report: SegmentReport) -> None:
+        self.previous = previous
+        self.report = report
+
+    def _break(self, code: Code, detail: str) -> None:
+        self.report.history.append(Finding(code, None, None, detail))
+
+    def seals(self, seals: dict[int, SealEntry]) -> None:
+        """Every seal entry verified before is still in ``seals.log``, unchanged."""
+        for n, entries, head in self.previous.seals if self.previous else ():
+            now = seals.get(n)
+            if now is None:
+                self._break(Code.HISTORY_TRUNCATED,
+                            f"{SEALS}: the seal entry of segment {n} verified before "
+                            f"({entries} entries, head {head[:16]}…) is gone")
+            elif (now.entries, now.head.hex()) != (entries, head):
+                self._break(Code.HISTORY_REWRITTEN,
+                            f"{SEALS}: segment {n} re-sealed: its seal entry said {entries} "
+                            f"entries, head {head[:16]}…; now {now.entries}, "
+                            f"{now.head.hex()[:16]}…")
+
+    def same_seal(self, n: int, seal: SealEntry) -> bool:
+        return self.previous is not None and \
+            self.previous.seal(n) == (seal.entries, seal.head.hex())
+
+    def sealed_bytes(self, before: VerifiedSegment | None, name: str, data: bytes) -> None:
+        """A sealed segment verified before still has the bytes it had."""
+        if before is not None and before.name == name \
+                and hashlib.sha256(data).hexdigest() != before.sha256:
+            self._break(Code.HISTORY_REWRITTEN,
+                        f"{name}: its bytes changed since they were verified "
+                        f"({before.size:,} bytes then, {len(data):,} now)")
+
+    def open_segment(self, n: int, frames: bytes) -> None:
+        """The open segment's frames verified before are the first bytes of its frames
+        now (still open, or sealed since)."""
+        p = self.previous
+        if p is None or n != p.open_segment or not p.open_bytes:
+            return
+        name = f"seg-{n:08d}"
+        if len(frames) < p.open_bytes:
+            self._break(Code.HISTORY_TRUNCATED,
+                        f"{name}: {len(frames):,} bytes of frames, shorter than the "
+                        f"{p.open_bytes:,} verified before")
+        elif hashlib.sha256(frames[:p.open_bytes]).hexdigest() != p.open_sha256:
+            self._break(Code.HISTORY_REWRITTEN,
+                        f"{name}: the first {p.open_bytes:,} bytes of frames verified "
+                        "before no longer hash the same")
+
+    def gone(self, n: int, *, retention: bool) -> None:
+        """Segment ``n`` has no file: a break when it held verified frames, unless
+        retention dropped it (its seal entry kept)."""
+        p = self.previous
+        if p is None or retention:
+            return
+        if p.segment(n) is not None or (n == p.open_segment and p.open_bytes):
+            self._break(Code.HISTORY_TRUNCATED,
+                        f"segment {n}: its frames verified before are gone")
+
+    def beyond(self, last: int) -> None:
+        """Segments verified before above the highest one there now."""
+        p = self.previous
+        if p is None:
+            return
+        highest = max([p.open_segment if p.open_bytes else 0,
+                       *(v.number for v in p.verified)], default=0)
+        if highest > last:
+            self._break(Code.HISTORY_TRUNCATED,
+                        f"segment {highest}: verified before, now the highest segment is "
+                        f"{last}")
 
 
 def _segment(name: str, n: int, walk: ChainWalk, data: bytes, seal: SealEntry | None,

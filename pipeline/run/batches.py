@@ -33,6 +33,7 @@ from pipeline.io.storage import (
 from pipeline.ledger.layout import SessionKey
 from pipeline.ledger.reader import MAX_DETAIL_CHARS, Entry
 from pipeline.ledger.redact import quote
+from pipeline.ledger.segments import SegmentCheckpoint, SegmentLines, SegmentReport
 from pipeline.ledger.types import Code, Finding
 from pipeline.tables.schemas import findings_table, sessions_table, subagents_table, usage_table
 
@@ -249,12 +250,16 @@ class ObjectRead:
     #: The hasher that saw every byte of the version read (``None``: not asked, or it
     #: did not see the whole object).
     hasher: PrefixHasher | None = None
+    #: A segment ledger's report (its history against ``segments_before``, its
+    #: checkpoint), when read whole.
+    segments: SegmentReport | None = None
 
 
 def read_object(root: Location, obj: SessionObject, context: RunContext, *,
                 spool: IO[bytes] | None = None,
                 new_hasher: Callable[[], PrefixHasher] | None = None,
-                watch: EndpointWatch | None = None) -> ObjectRead:
+                watch: EndpointWatch | None = None,
+                segments_before: SegmentCheckpoint | None = None) -> ObjectRead:
     """Read and audit one session object: the one per-object pipeline of every run.
 
     The audit task, the replay task (and so the nightly) and ``vakpipe show`` all read
@@ -268,9 +273,12 @@ def read_object(root: Location, obj: SessionObject, context: RunContext, *,
     pieces), for a replay to read again; the audit then keeps the parsed entries of an
     object up to :data:`KEEP_ENTRIES_BYTES`. ``new_hasher`` makes the hasher that sees
     every byte too (a nightly's checkpoint); it is returned when it saw the whole
-    object (also when the audit raised), else ``None``.
+    object (also when the audit raised), else ``None``. ``segments_before``: a nightly's
+    checkpoint of a segment ledger, checked on the way (the report returned as
+    ``segments``).
     """
     hashers: list[PrefixHasher] = []
+    reports: list[SegmentReport] = []
     kept: list[Entry] | None = None
     whole = False  # the hasher saw every byte of the version read
 
@@ -281,6 +289,7 @@ def read_object(root: Location, obj: SessionObject, context: RunContext, *,
         # A re-read starts over: the spool, the hasher and the entries kept hold one
         # version's bytes.
         hashers.clear()
+        reports.clear()
         if spool is not None:
             spool.seek(0)
             spool.truncate()
@@ -290,7 +299,9 @@ def read_object(root: Location, obj: SessionObject, context: RunContext, *,
             hashers.append(new_hasher())
             taps.append(hashers[0].update)
         with open_lines(root, version, max_line_bytes=context.max_line_bytes,
-                        tap=_tee(taps)) as lines:
+                        tap=_tee(taps), segments_before=segments_before) as lines:
+            if isinstance(lines, SegmentLines):
+                reports.append(lines.report)
             try:
                 audit = audit_lines(version.key, lines, size=version.size, keep=kept)
             except (*UNCONTAINED, *storage_errors()):
@@ -310,7 +321,8 @@ def read_object(root: Location, obj: SessionObject, context: RunContext, *,
     audit, was_read = read_consistently(root, obj, read, watch)
     # Only a hasher that saw the whole object can judge it against its checkpoint.
     hasher = hashers[0] if hashers and whole else None
-    return ObjectRead(audit, was_read, kept if was_read else None, hasher)
+    report = reports[0] if reports and whole else None
+    return ObjectRead(audit, was_read, kept if was_read else None, hasher, report)
 
 
 def _tee(taps: list[Tap]) -> Tap | None:

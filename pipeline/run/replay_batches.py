@@ -38,6 +38,7 @@ from pipeline.io.storage import (
 )
 from pipeline.ledger.layout import SEGMENTS
 from pipeline.ledger.reader import Entry, read_ledger, reread_entry
+from pipeline.ledger.segments import SegmentCheckpoint, SegmentReport
 from pipeline.ledger.types import Code
 from pipeline.replay.catalog import ModelCatalog, load_catalog
 from pipeline.replay.engine import ReplayEngine
@@ -236,12 +237,14 @@ def audit_and_replay(
     new_hasher: Callable[[], PrefixHasher] | None = None,
     watch: EndpointWatch | None = None, *, spool: IO[bytes] | None = None,
     new_engine: Callable[[str | None], ReplayEngine] | None = None,
+    segments_before: SegmentCheckpoint | None = None,
 ) -> tuple[ObjectRead, SessionReplay | None, str | None]:
     """Audit one object and replay it, reading it from storage once
     (:func:`~pipeline.run.batches.read_object`, its bytes spooled); with the run's
     staging folder for copies, also write its compacted copy (whose path is returned).
 
-    ``new_hasher`` and ``watch`` are :func:`~pipeline.run.batches.read_object`'s,
+    ``new_hasher``, ``watch`` and ``segments_before`` are
+    :func:`~pipeline.run.batches.read_object`'s,
     ``new_engine`` :func:`replay_spooled`'s; ``spool``, a caller's spool that outlives
     the call (``vakpipe show`` reads it again), else a temporary one. No replay when
     the object was not read; a replay that raises (a bug; not the errors of
@@ -252,8 +255,10 @@ def audit_and_replay(
     if spool is None:
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as temporary:
             return audit_and_replay(root, obj, options, context, new_hasher, watch,
-                                    spool=temporary, new_engine=new_engine)
-    read = read_object(root, obj, context, spool=spool, new_hasher=new_hasher, watch=watch)
+                                    spool=temporary, new_engine=new_engine,
+                                    segments_before=segments_before)
+    read = read_object(root, obj, context, spool=spool, new_hasher=new_hasher, watch=watch,
+                       segments_before=segments_before)
     if not read.read:
         return read, None, None
     try:
@@ -272,7 +277,8 @@ def audit_and_replay(
 
 def checkpoint_rows(path: str, before: Checkpoint | None, audit: SessionAudit,
                     replayed: SessionReplay | None,
-                    hasher: PrefixHasher | None) -> list[dict[str, object]]:
+                    hasher: PrefixHasher | None,
+                    segments: SegmentReport | None = None) -> list[dict[str, object]]:
     """Judge one object read by a nightly run against its checkpoint ``before``; add the
     history findings to ``audit``; return its checkpoint row for tonight (none or one).
 
@@ -283,14 +289,26 @@ def checkpoint_rows(path: str, before: Checkpoint | None, audit: SessionAudit,
     again, until the session replays (a new checkpoint is only taken of rows that are
     whole). Not read whole (``hasher`` is ``None``): nothing to judge, the old
     checkpoint is kept for the next night to read it again.
+
+    A segment ledger (``segments``, its report) checked against a segment checkpoint is
+    judged by its segments instead of its projection's bytes (a seal entry, a sealed
+    segment's bytes, the open segment's verified frames: docs/segments.md), which see
+    the history of a ledger whose content stays sealed; its new checkpoint holds the
+    ledger's own.
     """
     if hasher is None:
         return [] if before is None else [before.reread().as_row()]
-    broken = hasher.findings(before) if before is not None else []
+    own = segments.checkpoint if segments is not None else None
+    if own is not None and before is not None and before.segments is not None \
+            and SegmentCheckpoint.from_json(before.segments) is not None:
+        broken = list(segments.history) if segments is not None else []
+    else:
+        broken = hasher.findings(before) if before is not None else []
     audit.add_findings(broken)
     if replayed is None:
         return [] if before is None else [before.reread().as_row()]
-    checkpoint = checkpoint_of(path, hasher, audit.row)
+    checkpoint = checkpoint_of(path, hasher, audit.row,
+                               own.to_json() if own is not None else None)
     return [(checkpoint.reread() if broken else checkpoint).as_row()]
 
 
@@ -327,11 +345,13 @@ def replay_batch(root: Location, index: int, batch: list[SessionObject],
             continue
         read, replayed, copy = audit_and_replay(
             root, obj, options, context, None if previous is None else
-            partial(PrefixHasher, before.verified_bytes if before else None), watch)
+            partial(PrefixHasher, before.verified_bytes if before else None), watch,
+            segments_before=SegmentCheckpoint.from_json(before.segments)
+            if before is not None and obj.key.storage == SEGMENTS else None)
         audit = read.audit
         if previous is not None:
             checkpoints.extend(checkpoint_rows(obj.key.path, before, audit, replayed,
-                                               read.hasher))
+                                               read.hasher, read.segments))
         audits.append(audit)
         if replayed is not None:
             turns.extend(replayed.turns)

@@ -385,6 +385,9 @@ CHECKPOINTS_SCHEMA = pa.schema(
         ("head_hash", pa.string()),
         ("etag", pa.string()),
         ("size", pa.int64()),
+        # A segment ledger's checkpoint (JSON: seal entries, sealed segments verified,
+        # the open segment's verified frames; docs/segments.md); null for JSONL.
+        ("segments", pa.string()),
     ]
 )
 
