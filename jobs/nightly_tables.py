@@ -117,8 +117,11 @@ def _full_checkpoints(tables: Tables, version: int | None,
         return {}
     where = pc.field("session_path").isin(pa.array(paths, pa.string()))
     found: dict[str, tuple[Checkpoint, str]] = {}
-    for batch in tables.batches("checkpoints", [*CHECKPOINTS_SCHEMA.names, CREATED], version,
-                                where):
+    data = tables.dataset("checkpoints", version)
+    have = set(data.schema.names) if data is not None else set()
+    # A table written before a column existed (``segments``) is read without it.
+    columns = [c for c in [*CHECKPOINTS_SCHEMA.names, CREATED] if c in have]
+    for batch in tables.batches("checkpoints", columns, version, where):
         for row in batch.to_pylist():
             found[row["session_path"]] = (Checkpoint.from_row(row), row[CREATED])
     return found

@@ -262,3 +262,11 @@ def test_missing_finding() -> None:
     finding = missing_finding(checkpoint())
     assert finding.code is Code.SESSION_MISSING and finding.severity is Severity.ERROR
     assert finding.line is None and "no longer in the archive" in finding.detail
+
+
+def test_a_checkpoint_row_of_a_table_without_the_segments_column_reads() -> None:
+    # A baseline written before segment ledgers had checkpoints of their own.
+    row = checkpoint("e1", 90).as_row()
+    del row["segments"]
+    assert Checkpoint.from_row(row) == checkpoint("e1", 90)
+    assert Checkpoint.from_row({**row, "segments": "{}"}).segments == "{}"
