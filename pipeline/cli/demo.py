@@ -29,6 +29,8 @@ BUCKET = "vakpipe-demo"
 WHAT_IFS = (("bound", 1.0, "at the bound window"), ("half", 0.5, "at half the bound window"))
 
 
+#: Plain segment ledgers uploaded beside the generated JSONL fleet.
+SEGMENT_LEDGERS = 4
 #: The audit's folder under the demo's ``--out``.
 AUDIT_DIR = "audit"
 
@@ -77,13 +79,22 @@ def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
     from pipeline.run.orchestrate import dask_client
     from pipeline.synth.fleet import write_fleet
     from pipeline.synth.local_s3 import local_s3
+    from pipeline.synth.segments import segment_ledger, write_segment_ledger
 
     with local_s3() as s3:
         click.echo(f"local S3 endpoint: {s3.endpoint}")
         archive = resolve(f"s3://{BUCKET}/archive")
         archive.filesystem().mkdir(BUCKET)
         fleet = write_fleet(archive, sessions=sessions, seed=seed, faults=True)
+        # Beside the JSONL fleet, a few ledgers as current vak writes them (directories
+        # of record segments, plain: their content reads without keys; docs/segments.md).
+        ledgers = [segment_ledger(seed * 1000 + i, sealed=False, segments=3)
+                   for i in range(SEGMENT_LEDGERS)]
+        for led in ledgers:
+            write_segment_ledger(archive, led)
+        segment_bytes = sum(len(d) for led in ledgers for d in led.files.values())
         click.echo(f"uploaded {fleet.sessions} generated sessions ({fleet.bytes:,} bytes) "
+                   f"and {len(ledgers)} segment ledgers ({segment_bytes:,} bytes) "
                    f"to {archive.url}")
         # One cluster for the three runs (started inside the endpoint's lifetime, so its
         # workers inherit the endpoint's settings): a cluster start costs seconds.
@@ -98,7 +109,9 @@ def run_demo(*, sessions: int = 200, seed: int = 7, out: str = "out/demo",
                "compaction-half/; each folder's _manifest.json lists its run)")
     if record is not None:
         record.update({"archive": archive.url, "fleet": {"sessions": fleet.sessions,
-                                                         "bytes": fleet.bytes, "seed": seed},
+                                                         "bytes": fleet.bytes, "seed": seed,
+                                                         "segment_ledgers": len(ledgers),
+                                                         "segment_bytes": segment_bytes},
                        "audit": summary_json(summary),
                        "what_ifs": {name: w for (name, _, _), w in zip(WHAT_IFS, what_ifs,
                                                                         strict=True)},

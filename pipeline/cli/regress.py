@@ -11,6 +11,7 @@ from pipeline.cli._options import (
     build_replay_options,
     cluster_options,
     force_option,
+    keys_option,
     max_line_option,
     progress_option,
     session_option,
@@ -44,6 +45,7 @@ from pipeline.io.storage import parse_storage_options, resolve
 @max_line_option
 @force_option
 @json_option
+@keys_option
 def regress(root: str, out: str, baseline: str | None, candidate: str,
             baseline_run: str | None, max_changed: str | None, max_new_overflows: int | None,
             allow_partial: bool,

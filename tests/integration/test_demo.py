@@ -28,8 +28,11 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("local S3 endpoint: http://127.0.0.1:")
-    assert any(line.startswith("uploaded 20 generated sessions") for line in lines)
-    assert any(line.startswith("run ") and " 20 sessions" in line for line in lines)
+    assert any(line.startswith("uploaded 20 generated sessions") and
+               "and 4 segment ledgers" in line for line in lines)
+    # The JSONL fleet and the segment ledgers (plain: read without keys), in one run.
+    assert any(line.startswith("run ") and " 24 sessions" in line for line in lines)
+    assert "  segment ledgers: 4 (plain 4, opened 0, sealed 0)" in lines
     assert any(line.strip().startswith("status:") for line in lines)
     assert any("findings by code:" in line for line in lines)
     # The compaction what-ifs, each in its folder under --out (nothing beside it).
@@ -38,11 +41,11 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     for line, name, label in ((bound, "bound", "at the bound window"),
                               (half, "half", "at half the bound window")):
         folder = out / f"compaction-{name}"
-        match = re.fullmatch(rf"  {label}: (\d+) of 20 sessions need packets \((\d+) planned, "
+        match = re.fullmatch(rf"  {label}: (\d+) of 24 sessions need packets \((\d+) planned, "
                              rf"(\d+) superseded\); tables: {re.escape(str(folder))}", line)
         assert match, line
         manifest = read_manifest(resolve(str(folder)))
-        assert manifest is not None and manifest["sessions"] == 20
+        assert manifest is not None and manifest["sessions"] == 24
         table = read_dataset(resolve(str(folder)), "compaction")
         assert table.num_rows == int(match[2])
         assert len(set(table["session_path"].to_pylist())) == int(match[1])
@@ -57,12 +60,14 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
                                                       "compaction-half"]
     out = out / "audit"
     manifest = read_manifest(resolve(str(out)))
-    assert manifest is not None and manifest["sessions"] == 20
+    assert manifest is not None and manifest["sessions"] == 24
     assert (out / "_SUCCESS").read_text() == manifest["run_id"]
     for dataset in ("integrity/sessions", "integrity/findings"):
         files = manifest["datasets"][dataset]["files"]
         assert files and all((out / dataset / f).is_file() for f in files)
         rows = sum(pq.read_table(out / dataset / f).num_rows for f in files)
         assert rows == manifest["datasets"][dataset]["rows"]
-    assert read_dataset(resolve(str(out)), "integrity/sessions").num_rows == 20
+    sessions = read_dataset(resolve(str(out)), "integrity/sessions")
+    assert sessions.num_rows == 24
+    assert sessions["storage"].to_pylist().count("segments") == 4
     assert not (out / "_staging").exists()

@@ -128,6 +128,8 @@ def test_demo(tmp_path: Path) -> None:
     done = _run("demo", "--sessions", "8", "--out", str(tmp_path / "d"), "--workers", "1",
                 "--json", cwd=tmp_path, env=env)
     doc = _document(done, "demo")
-    assert doc["fleet"]["sessions"] == 8 and doc["audit"]["sessions"] == 8
+    # The JSONL fleet and the demo's 4 plain segment ledgers.
+    assert doc["fleet"]["sessions"] == 8 and doc["fleet"]["segment_ledgers"] == 4
+    assert doc["audit"]["sessions"] == 12
     assert set(doc["what_ifs"]) == {"bound", "half"}
     assert "local S3 endpoint" in done.stderr

@@ -251,3 +251,24 @@ def test_nightly_carries_segment_ledgers_forward_and_sees_a_cut_history(
     findings = by_path(tmp_path / "nightly" / "date=2026-12-03", "integrity/findings")
     assert {str(f["code"]) for f in findings[led.path]} >= {"frame_torn_tail",
                                                              "history_truncated"}
+
+
+def test_regress_reads_sealed_segment_ledgers_with_keys(tmp_path: Path) -> None:
+    made = [segment_ledger(600, sealed=True), segment_ledger(601, sealed=True)]
+    for led in made:
+        write_segment_ledger(resolve(str(tmp_path / "archive")), led)
+    (tmp_path / "keys.json").write_bytes(keys_json(made))
+    args = ("regress", str(tmp_path / "archive"), "--candidate", "v1", "--workers", "0")
+
+    def compared(out: str, *more: str) -> dict[str, object]:
+        done = vakpipe(*args, "--out", str(tmp_path / out), *more)
+        assert done.returncode == 0, done.stderr
+        summary: dict[str, object] = json.loads(
+            (tmp_path / out / "regression-summary.json").read_text())
+        return summary
+
+    # Without the keys the content stays sealed: nothing to replay, nothing compared.
+    assert compared("nokeys")["requests_compared"] == 0
+    summary = compared("keys", "--keys", str(tmp_path / "keys.json"))
+    assert summary["sessions_compared"] == 2
+    assert int(str(summary["requests_compared"])) > 0 and summary["requests_changed"] == 0
