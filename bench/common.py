@@ -107,7 +107,7 @@ def cluster(workers: int) -> Iterator[tuple[str, Client]]:
     # The workers vakpipe's own LocalCluster starts (pipeline.run.orchestrate.dask_client).
     with dask.config.set(WORKER_CONFIG), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                         dashboard_address=None, local_directory=scratch) as lc, \
+                         dashboard_address="127.0.0.1:0", local_directory=scratch) as lc, \
             Client(lc, set_as_default=False) as client:
         yield lc.scheduler_address, client
 

@@ -383,7 +383,10 @@ def dask_client(
                 n_workers=n,
                 threads_per_worker=1,
                 processes=processes,
-                dashboard_address=None,
+                # The scheduler's HTTP server (health, metrics) on a free loopback port:
+                # its default 8787 may be taken (a notebook's cluster, another run), and
+                # then Dask warns on stderr. No dashboard: bokeh is not installed.
+                dashboard_address="127.0.0.1:0",
                 local_directory=scratch,
                 **({"preload": [lifecycle.__name__]} if processes else {}),
             )
