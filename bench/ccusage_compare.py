@@ -1011,7 +1011,8 @@ def timings(tools: list[Ccusage], env: dict[str, str], root: Path, scratch: Path
         # Any. Its scratch space is under ours, removed at the end.
         dist = importlib.import_module("distributed")
         with dist.LocalCluster(n_workers=args.workers or os.cpu_count() or 1,
-                               threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0",
+                               threads_per_worker=1, processes=True,
+                               dashboard_address="127.0.0.1:0",
                                local_directory=str(scratch / "dask")) as running:
             rows.append(("vakpipe audit (CLI, --scheduler of a running cluster)",
                          best_of(audit(running.scheduler_address), args.repeats)))
