@@ -33,6 +33,7 @@ The rules, decided in docs/formats.md:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
@@ -43,6 +44,7 @@ from pipeline.ledger.reader import Entry, LineStats
 from pipeline.ledger.redact import quote
 from pipeline.ledger.types import Code, Finding
 
+_sha256 = hashlib.sha256
 _TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context",
                     "compacted"})
 _TOTALS = ("input_tokens", "cached_input_tokens", "output_tokens")
@@ -138,7 +140,8 @@ class Codex:
             if isinstance(item, Finding):
                 yield item
                 continue
-            number, digest, obj = item
+            number, body, obj = item
+            digest = _sha256(body).hexdigest()
             kind, payload = obj.get("type"), obj.get("payload")
             payload = payload if type(payload) is dict else {}
             ptype = payload.get("type")
