@@ -113,11 +113,15 @@ def _kind_data(obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             meta["control"] = "compact_summary"
         return "message", {"message": {"role": kind, "content": _blocks(message.get("content"))},
                            "meta": meta}
-    if kind == "system" and obj.get("subtype") == "compact_boundary":
+    if kind == "progress":
+        # Most lines of a transcript: only an agent_progress one is looked into.
+        data = obj.get("data")
+        if type(data) is dict and data.get("type") == "agent_progress":
+            mirrored = _mirrored_request(obj)
+            if mirrored is not None:
+                return "message", mirrored
+    elif kind == "system" and obj.get("subtype") == "compact_boundary":
         return "compaction", obj
-    mirrored = _mirrored_request(obj)
-    if mirrored is not None:
-        return "message", mirrored
     return "activity", obj
 
 
@@ -274,8 +278,8 @@ class ClaudeCode:
                 yield item
                 continue
             number, body, obj = item
-            uuid = text(obj.get("uuid"))
-            if uuid is None:
+            uuid = obj.get("uuid")
+            if type(uuid) is not str or not uuid:  # text(), inlined: once a line
                 continue
             if "session_id" not in header:
                 header["session_id"] = text(obj.get("sessionId"))
@@ -296,20 +300,23 @@ class ClaudeCode:
                 parent = ROOT_ID
             seen.add(uuid)
             previous = uuid
-            ts = text(obj.get("timestamp")) or ""
+            ts = obj.get("timestamp")
+            if type(ts) is not str:
+                ts = ""
             kind, data = _kind_data(obj)
-            line_type = obj.get("type")
-            if line_type == "assistant" and kind == "message":
-                model = data["meta"].get("model")
-                if model and not header.get("model"):
-                    header["model"] = model
-            elif line_type == "user" and kind == "message":
-                result = obj.get("toolUseResult")
-                agent = text(result.get("agentId")) if type(result) is dict else None
-                if agent is not None:
-                    use = next((text(b.get("tool_use_id")) for b in data["message"]["content"]
-                                if type(b) is dict and b.get("type") == "tool_result"), None)
-                    links.append((agent, use, uuid, number))
+            if kind == "message":
+                line_type = obj.get("type")
+                if line_type == "assistant":
+                    model = data["meta"].get("model")
+                    if model and not header.get("model"):
+                        header["model"] = model
+                elif line_type == "user":
+                    result = obj.get("toolUseResult")
+                    agent = text(result.get("agentId")) if type(result) is dict else None
+                    if agent is not None:
+                        use = next((text(b.get("tool_use_id")) for b in data["message"]["content"]
+                                    if type(b) is dict and b.get("type") == "tool_result"), None)
+                        links.append((agent, use, uuid, number))
             last = body
             # No hash chain here: an entry's digest is left empty, and only the head's is
             # computed (the row's head_hash), once the file is read.
