@@ -59,7 +59,9 @@ class TranscriptFormat(Protocol):
              header: dict[str, Any]) -> Iterator[Entry | Finding]:
         """Stream a file's physical lines as entries and findings, the synthetic header
         first; fill ``header`` (session_id, cwd, model, provider, app_version, and
-        ``links`` for sessions it started) as the lines are read."""
+        ``links`` for sessions it started) as the lines are read. An adapter that
+        leaves its entries' digests empty sets ``header["head_hash"]`` (the head
+        entry's SHA-256) once the file is read; else the last entry's digest is used."""
 
 
 def root_entry() -> Entry:

@@ -136,12 +136,12 @@ class Codex:
         fork_ms: int | None = None
         fork_line = 0
         copied = 0
+        head: bytes | None = None  # the newest entry's stored bytes
         for item in json_lines(lines, stats):
             if isinstance(item, Finding):
                 yield item
                 continue
             number, body, obj = item
-            digest = _sha256(body).hexdigest()
             kind, payload = obj.get("type"), obj.get("payload")
             payload = payload if type(payload) is dict else {}
             ptype = payload.get("type")
@@ -203,8 +203,11 @@ class Codex:
                     data = {"message": {"role": "assistant", "content": answer}, "meta": meta}
                     answer = []
             ident = f"L{number}"
-            yield Entry(number, ident, parent, entry_kind, ts, None, None, digest, data)
+            head = body
+            # No hash chain: only the head entry is hashed (the row's head_hash), below.
+            yield Entry(number, ident, parent, entry_kind, ts, None, None, "", data)
             parent = ident
+        header["head_hash"] = _sha256(head).hexdigest() if head is not None else None
         if forked is not None:
             yield Finding(Code.FORK_HISTORY, fork_line, None,
                           f"forked from {quote(forked, 40)!r}: {copied} requests copied from "

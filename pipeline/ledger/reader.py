@@ -81,7 +81,8 @@ class Entry(NamedTuple):
         The envelope (``kind`` is ``"work"`` for vak's duplicate-``kind`` lines).
     digest:
         Lower-case hex SHA-256 of the entry's stored bytes (what the next entry's
-        ``prev_hash`` must equal).
+        ``prev_hash`` must equal); empty where no chain exists (the built-in transcript
+        adapters hash only their head entry, for the row's ``head_hash``).
     data:
         The whole parsed object; payload fields are at the top level, as written.
     """
