@@ -208,9 +208,13 @@ def _transcript_info(entry: Entry, bad: list[Finding]) -> Any:
     requests also carry the request they are part of, their one-hour cache writes and,
     for a subagent's request copied into its parent, the subagent. Never read from a
     vak ledger, whatever its ``meta`` holds."""
+    if entry.kind == "activity":
+        return None  # most of a transcript's lines: nothing kept, no call further
     info = _node_info(entry, bad)
     if type(info) is _Request:
-        meta = entry.meta
+        # The view, never ``entry.meta``: that would parse a lazy entry's whole line.
+        meta = audit_view(entry).get("meta")
+        meta = meta if type(meta) is dict else {}
         info.key = _name(meta.get("request_key"))
         info.write_1h = token_count(meta.get("write_1h"))
         info.mirror = _name(meta.get("mirror"))
@@ -496,7 +500,9 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
         "entries": len(tree.nodes) - (fmt is not None),  # not the synthetic root
         **verdict(findings),
         "head_id": head.id if head else None,
-        "head_hash": last_entry.digest or None if last_entry else None,
+        # A transcript adapter that hashes only its head entry says so in the header.
+        "head_hash": (header["head_hash"] if fmt is not None and "head_hash" in header
+                      else last_entry.digest or None if last_entry else None),
         "active_chain_len": len(active) - (fmt is not None),
         "abandoned_entries": (len(tree.nodes) - len(active) if fmt is None
                               else _abandoned_messages(tree)),

@@ -21,8 +21,7 @@ lines, and duplicates.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
 from typing import Any, Protocol
 
@@ -60,7 +59,9 @@ class TranscriptFormat(Protocol):
              header: dict[str, Any]) -> Iterator[Entry | Finding]:
         """Stream a file's physical lines as entries and findings, the synthetic header
         first; fill ``header`` (session_id, cwd, model, provider, app_version, and
-        ``links`` for sessions it started) as the lines are read."""
+        ``links`` for sessions it started) as the lines are read. An adapter that
+        leaves its entries' digests empty sets ``header["head_hash"]`` (the head
+        entry's SHA-256) once the file is read; else the last entry's digest is used."""
 
 
 def root_entry() -> Entry:
@@ -132,14 +133,28 @@ def _detail(text: str) -> str:
     return bounded(redact(text), MAX_DETAIL_CHARS)
 
 
-def json_lines(lines: Iterable[bytes],
-               stats: LineStats) -> Iterator[tuple[int, str, dict[str, Any]] | Finding]:
-    """Parse a transcript's physical lines: ``(line, sha256, object)`` per JSON object
-    line, a finding per line that is not one.
+class Scanned(dict[str, Any]):
+    """What an adapter's scan read of a valid line: only the fields it needs, heavy
+    values cut down (its payload is parsed from the line's bytes when a stage asks)."""
+
+    __slots__ = ()
+
+
+def json_lines(lines: Iterable[bytes], stats: LineStats,
+               scan: Callable[[bytes], Scanned | None] | None = None,
+               min_bytes: int = 0) -> Iterator[tuple[int, bytes, dict[str, Any]] | Finding]:
+    """Parse a transcript's physical lines: ``(line, stored bytes, object)`` per JSON
+    object line (the bytes without the newline: an adapter hashes those it needs), a
+    finding per line that is not one.
 
     A bad line is ``damaged_entry``; the last line is ``torn_tail`` when it is bad or
     has no newline (an append cut short), as for vak ledgers. Blank lines are skipped.
     ``stats`` gets the lines and bytes read.
+
+    ``scan``, when given, is tried first on lines of ``min_bytes`` or more: a
+    :class:`Scanned` object is the line's (valid, read without orjson), ``None`` leaves
+    the line to orjson, which decides and says why a bad line is bad. A scan only
+    ever accepts lines orjson accepts (docs/formats.md).
     """
     number = nbytes = 0
     last_terminated = True
@@ -155,8 +170,14 @@ def json_lines(lines: Iterable[bytes],
             bad = (number, raw.reason)
             continue
         body = raw[:-1] if last_terminated else raw
-        if not body.strip():
+        # A line that opens an object is not blank: only others pay for a stripped copy.
+        if body[:1] != b"{" and not body.strip():
             continue
+        if scan is not None and len(body) >= min_bytes:
+            found = scan(body)
+            if found is not None:
+                yield number, body, found
+                continue
         try:
             obj = orjson.loads(body)
         except orjson.JSONDecodeError as err:
@@ -165,7 +186,7 @@ def json_lines(lines: Iterable[bytes],
         if type(obj) is not dict:
             bad = (number, f"not a JSON object but {type(obj).__name__}")
             continue
-        yield number, hashlib.sha256(body).hexdigest(), obj
+        yield number, body, obj
     stats.lines, stats.bytes = number, nbytes
     if bad is not None:
         yield Finding(Code.TORN_TAIL, bad[0], None, _detail(f"last line unreadable: {bad[1]}"))

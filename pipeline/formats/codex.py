@@ -33,6 +33,7 @@ The rules, decided in docs/formats.md:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
@@ -43,6 +44,7 @@ from pipeline.ledger.reader import Entry, LineStats
 from pipeline.ledger.redact import quote
 from pipeline.ledger.types import Code, Finding
 
+_sha256 = hashlib.sha256
 _TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context",
                     "compacted"})
 _TOTALS = ("input_tokens", "cached_input_tokens", "output_tokens")
@@ -134,11 +136,12 @@ class Codex:
         fork_ms: int | None = None
         fork_line = 0
         copied = 0
+        head: bytes | None = None  # the newest entry's stored bytes
         for item in json_lines(lines, stats):
             if isinstance(item, Finding):
                 yield item
                 continue
-            number, digest, obj = item
+            number, body, obj = item
             kind, payload = obj.get("type"), obj.get("payload")
             payload = payload if type(payload) is dict else {}
             ptype = payload.get("type")
@@ -200,8 +203,11 @@ class Codex:
                     data = {"message": {"role": "assistant", "content": answer}, "meta": meta}
                     answer = []
             ident = f"L{number}"
-            yield Entry(number, ident, parent, entry_kind, ts, None, None, digest, data)
+            head = body
+            # No hash chain: only the head entry is hashed (the row's head_hash), below.
+            yield Entry(number, ident, parent, entry_kind, ts, None, None, "", data)
             parent = ident
+        header["head_hash"] = _sha256(head).hexdigest() if head is not None else None
         if forked is not None:
             yield Finding(Code.FORK_HISTORY, fork_line, None,
                           f"forked from {quote(forked, 40)!r}: {copied} requests copied from "

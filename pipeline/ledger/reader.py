@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, NamedTuple, TypeGuard
@@ -81,7 +81,8 @@ class Entry(NamedTuple):
         The envelope (``kind`` is ``"work"`` for vak's duplicate-``kind`` lines).
     digest:
         Lower-case hex SHA-256 of the entry's stored bytes (what the next entry's
-        ``prev_hash`` must equal).
+        ``prev_hash`` must equal); empty where no chain exists (the built-in transcript
+        adapters hash only their head entry, for the row's ``head_hash``).
     data:
         The whole parsed object; payload fields are at the top level, as written.
     """
@@ -144,17 +145,22 @@ class _Payload:
     """The payload of a :class:`LazyEntry`: its stored bytes until a stage asks for the
     data (parsed by orjson then, once), and what the audit reads of a message."""
 
-    __slots__ = ("body", "data", "view")
+    __slots__ = ("body", "data", "mapper", "view")
 
     def __init__(self, body: bytes | None, data: dict[str, Any] | None,
-                 view: dict[str, Any] | None) -> None:
-        self.body, self.data, self.view = body, data, view
+                 view: dict[str, Any] | None,
+                 mapper: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+        self.body, self.data, self.view, self.mapper = body, data, view, mapper
 
     def value(self) -> dict[str, Any]:
-        """The whole payload, parsed on the first call (the bytes are dropped then)."""
+        """The whole payload, parsed on the first call (the bytes are dropped then);
+        ``mapper`` (a transcript adapter's) turns the parsed line into the entry's data."""
         data = self.data
         if data is None:
-            data = self.data = orjson.loads(self.body or b"")
+            data = orjson.loads(self.body or b"")
+            if self.mapper is not None:
+                data = self.mapper(data)
+            self.data = data
             self.body = None
         return data
 
@@ -170,7 +176,7 @@ class _Payload:
         return repr(self.value())
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _Payload, (self.body, self.data, self.view)
+        return _Payload, (self.body, self.data, self.view, self.mapper)
 
 
 class LazyEntry(Entry):
@@ -188,6 +194,17 @@ class LazyEntry(Entry):
         payload: Any = tuple.__getitem__(self, 8)
         data: dict[str, Any] | None = payload.data
         return data if data is not None else payload.value()
+
+
+def lazy_entry(line: int, ident: str, parent: str | None, kind: str, ts: str, digest: str,
+               body: bytes, view: dict[str, Any] | None,
+               mapper: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Entry:
+    """An entry whose ``data`` stays as the stored ``body`` until read (then parsed by
+    orjson and passed through ``mapper``, a module-level function so that the entry
+    pickles); :func:`audit_view` gives ``view`` without parsing. For a transcript
+    adapter whose own scan read the fields the audit needs (:mod:`pipeline.formats`)."""
+    return _new_entry(LazyEntry, (line, ident, parent, kind, ts, None, None, digest,
+                                  _Payload(body, None, view, mapper)))
 
 
 def audit_view(entry: Entry) -> dict[str, Any]:
