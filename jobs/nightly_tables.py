@@ -366,6 +366,10 @@ def run_nightly_tables(
     listed = Listing([], listing.skipped, listing.skipped_examples)
     n_listed, listed_bytes = len(listing.sessions), listing.total_bytes
     del listing, read_at
+    # s3fs keeps what ``find`` listed (an info dict per object) in its cache for the
+    # life of the process: ~1 KiB per session held through the whole night. The tasks
+    # that read tonight's objects look each one up again (one HEAD each).
+    root.filesystem().invalidate_cache(root.path)
     # Python objects only for what is read tonight and what went missing.
     full = _full_checkpoints(tables, base_versions.get("checkpoints"),
                              [o.key.path for o in to_read]
