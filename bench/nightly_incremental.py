@@ -14,7 +14,8 @@ production the nightly runner joins a running cluster; its workers are not count
   runner's peak RSS per session between N and 4N, extrapolated to 10^6 sessions
   (target < 4 GiB).
 
-Run: ``.venv/bin/python bench/nightly_incremental.py [--sessions 500] [--workers 2]``;
+Run: ``.venv/bin/python bench/nightly_incremental.py [--sessions 500] [--workers 2]
+[--repeat 3]`` (figures: medians over the repeats);
 ``--quick`` (a test runs it): 20 and 80 small sessions.
 """
 
@@ -25,6 +26,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,9 @@ FLEET = 1_000_000
 LAYOUTS = ("partitions", "delta")
 CAPPED = "VAKPIPE_BENCH_CAPPED"
 CAPPED_RUN = True
+#: The tasks' batch cap (ledger bytes per task) of a capped run: the first night, and
+#: the night after growth (which reads ~1% of the bytes).
+BATCH_CAP = {"first": 8 << 20, "grown": 512 << 10}
 
 
 def _io() -> dict[str, int]:
@@ -77,8 +82,14 @@ def one_night(layout: str, root: str, out: str, day: str, scheduler: str) -> Non
         import jobs.nightly_tables as tables
         import pipeline.run.orchestrate as orchestrate
 
-        orchestrate.MAX_BATCH_BYTES = orchestrate.MIN_BATCH_BYTES
+        # A night after 1% growth reads 10 and 40 sessions here (0.8 and 2.7 MB), less
+        # than one batch of 8 MiB: the one result the runner receives would grow with the
+        # archive as no such night of 10^6 sessions (10^4 sessions read, in batches at
+        # their cap) does. Its batches are capped at 512 KiB instead (2 and 6 tasks).
         tables.WHOLE_COMMIT_BYTES = orchestrate.MIN_BATCH_BYTES
+        cap = int(os.environ[CAPPED])
+        orchestrate.MIN_BATCH_BYTES = min(orchestrate.MIN_BATCH_BYTES, cap)
+        orchestrate.MAX_BATCH_BYTES = cap
     before = _io()
     t0 = time.perf_counter()
     summary = job(resolve(root), resolve(out), ReplayOptions(),
@@ -92,15 +103,24 @@ def one_night(layout: str, root: str, out: str, day: str, scheduler: str) -> Non
         "peak_rss": peak_rss_bytes(), "changes": dict(summary.changes)}))
 
 
-def night(layout: str, root: Path, out: Path, day: str, scheduler: str) -> dict[str, Any]:
+def night(layout: str, root: Path, out: Path, day: str, scheduler: str, which: str
+          ) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, __file__, "--night", layout, str(root), str(out), day, scheduler],
         capture_output=True, text=True, check=False, cwd=REPO,
-        env={**os.environ, **({CAPPED: "1"} if CAPPED_RUN else {})})
+        env={**os.environ, **({CAPPED: str(BATCH_CAP[which])} if CAPPED_RUN else {})})
     if done.returncode != 0:
         raise SystemExit(f"night {layout} {day} failed:\n{done.stderr[-3000:]}")
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of one night over repeated runs: the median peak RSS and seconds (and
+    the peak's range), the bytes of the first run (the same in every run)."""
+    peaks = [r["peak_rss"] for r in runs]
+    return {**runs[0], "peak_rss": statistics.median(peaks), "peak_min": min(peaks),
+            "peak_max": max(peaks), "seconds": statistics.median(r["seconds"] for r in runs)}
 
 
 def grow(root: Path, fraction: float, entries: int, seed: int, *, anywhere: bool = False
@@ -142,6 +162,10 @@ def main() -> None:
     ap.add_argument("--uncapped", action="store_true",
                     help="batches and whole commits as sized for these archives (default: "
                          "at their 8 MiB floor, the regime of a 10^6-session archive)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each pair of nights this many times; figures are the medians "
+                         "(a runner's peak RSS varies by ~10 MiB from run to run: 3 or more "
+                         "for a slope)")
     ap.add_argument("--quick", action="store_true", help="20 and 80 small sessions")
     ap.add_argument("--night", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -154,8 +178,9 @@ def main() -> None:
     global CAPPED_RUN
     CAPPED_RUN = not args.uncapped
     if CAPPED_RUN:
-        print("tasks' batches and Delta whole-write commits at their 8 MiB floor (as at "
-              "10^6 sessions, where both are at their cap); --uncapped: as sized here")
+        print("tasks' batches and Delta whole-write commits at their 8 MiB floor (the "
+              "night after growth: batches of 512 KiB), as at 10^6 sessions, where both "
+              "are at their cap; --uncapped: as sized here")
     print(f"grown between the nights: {args.grow:.0%} of the sessions, "
           f"{'drawn at random' if args.anywhere else 'the newest'}, {args.entries} entries "
           f"each; {args.workers} workers")
@@ -166,20 +191,27 @@ def main() -> None:
             for n in sizes:
                 cached = fleet(f"nightly-{n}-{scale}", sessions=n, seed=2026, size_scale=scale)
                 for layout in layouts:
-                    archive, out = scratch / f"archive-{layout}-{n}", scratch / f"out-{layout}-{n}"
-                    shutil.copytree(cached, archive)
-                    first = night(layout, archive, out, "2026-12-01", address)
-                    grow(archive, args.grow, args.entries, seed=7, anywhere=args.anywhere)
-                    second = night(layout, archive, out, "2026-12-02", address)
-                    results[(layout, n)] = (first, second)
-                    shutil.rmtree(archive)
+                    runs = []
+                    for r in range(args.repeat):
+                        archive = scratch / f"archive-{layout}-{n}-{r}"
+                        out = scratch / f"out-{layout}-{n}-{r}"
+                        shutil.copytree(cached, archive)
+                        first = night(layout, archive, out, "2026-12-01", address, "first")
+                        grow(archive, args.grow, args.entries, seed=7, anywhere=args.anywhere)
+                        second = night(layout, archive, out, "2026-12-02", address, "grown")
+                        runs.append((first, second))
+                        shutil.rmtree(archive)
+                        shutil.rmtree(out)
+                    results[(layout, n)] = (_median([a for a, _ in runs]),
+                                            _median([b for _, b in runs]))
         print(f"{'layout':<11}{'sessions':>9}  {'night':<7}{'read MB':>10}{'written MB':>12}"
-              f"{'runner peak MiB':>17}{'seconds':>9}")
+              f"{'runner peak MiB':>17}{'(min-max)':>14}{'seconds':>9}")
         for (layout, n), pair in results.items():
             for name, f in zip(("first", "+1%"), pair, strict=True):
+                spread = f"{f['peak_min'] / MiB:.0f}-{f['peak_max'] / MiB:.0f}"
                 print(f"{layout:<11}{n:>9,}  {name:<7}{f['bytes_read'] / MB:>10.2f}"
                       f"{f['written'] / MB:>12.2f}{f['peak_rss'] / MiB:>17.1f}"
-                      f"{f['seconds']:>9.2f}")
+                      f"{spread:>14}{f['seconds']:>9.2f}")
         for layout in layouts:
             ratios = [results[(layout, n)][1]["written"] / max(1, results[(layout, n)][0][
                 "written"]) for n in sizes]

@@ -22,11 +22,22 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.dataset as pads
-from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from pipeline.errors import CommitError, StorageError, UsageError
-from pipeline.io.storage import Location, printable
+#: delta-rs allocates through its own jemalloc (symbols prefixed ``_rjem_``), which by
+#: default keeps freed pages resident for 10 s: in a nightly, whose phases (classification,
+#: then one commit per table) each free what they built within seconds, the runner's peak
+#: RSS was then the sum of its commits instead of the largest (measured with
+#: bench/nightly_incremental.py: -15 to -35 MiB of peak at 1,000 and 4,000 sessions,
+#: docs/nightly.md *Runner memory*). Read once, when the library first allocates: set
+#: before it is imported; a value given in the environment wins.
+JEMALLOC_CONF = "_RJEM_MALLOC_CONF"
+os.environ.setdefault(JEMALLOC_CONF, "dirty_decay_ms:0,muzzy_decay_ms:0")
+
+from deltalake import CommitProperties, DeltaTable, write_deltalake  # noqa: E402
+from deltalake.exceptions import DeltaError, TableNotFoundError  # noqa: E402
+
+from pipeline.errors import CommitError, StorageError, UsageError  # noqa: E402
+from pipeline.io.storage import Location, printable  # noqa: E402
 
 #: Where a Delta table keeps its log: a folder holding one is a table.
 DELTA_LOG = "_delta_log"
