@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import orjson
 
 from pipeline.ledger.reader import MAX_DETAIL_CHARS, Entry, LineStats
-from pipeline.ledger.redact import bounded, redact
+from pipeline.ledger.redact import quote, redact
 from pipeline.ledger.types import Code, Finding, OversizeLine, token_count
 
 #: The ``source`` of a vak ledger.
@@ -130,7 +130,7 @@ def sniffed(formats: Iterable[TranscriptFormat],
 
 
 def _detail(text: str) -> str:
-    return bounded(redact(text), MAX_DETAIL_CHARS)
+    return quote(redact(text), MAX_DETAIL_CHARS)
 
 
 class Scanned(dict[str, Any]):

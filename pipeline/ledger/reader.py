@@ -26,7 +26,7 @@ import orjson
 
 from pipeline.ledger.kernel import scan as _scan
 from pipeline.ledger.kernel import worth_it as _worth_it
-from pipeline.ledger.redact import bounded, redact
+from pipeline.ledger.redact import quote, redact
 from pipeline.ledger.types import Code, Finding, OversizeLine
 
 #: Kinds vak writes: the 13 of the seed (T13) and the later ones (T14-T17).
@@ -250,7 +250,7 @@ def valid_ts(ts: object) -> TypeGuard[str]:
 
 def _detail(text: str) -> str:
     # Redacted before the cut, so that a cut can never leave part of a secret behind.
-    return bounded(redact(text), MAX_DETAIL_CHARS)
+    return quote(redact(text), MAX_DETAIL_CHARS)
 
 
 class _Pairs(dict[str, Any]):
@@ -529,7 +529,7 @@ class _BadRun:
                   f"valid entries; line {first}: {self.rest_reason}")
         if until == self.last and self.last_reason != self.rest_reason:
             detail += f"; line {until}: {self.last_reason}"
-        yield Finding(code, first, None, bounded(detail, MAX_DETAIL_CHARS))
+        yield Finding(code, first, None, quote(detail, MAX_DETAIL_CHARS))
 
 
 @dataclass(slots=True)

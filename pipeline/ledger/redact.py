@@ -296,11 +296,6 @@ def quote(text: str, limit: int) -> str:
     return text[: limit - 1] + "…" if limit > 0 else ""
 
 
-def bounded(text: str, limit: int) -> str:
-    """:func:`quote` under its former name: it redacts too, so no caller can cut first."""
-    return quote(text, limit)
-
-
 def redact_value(value: Any) -> Any:
     """A JSON-like value with every string in it (keys too) redacted, for structures sent
     or written whole (the turn cards an HTTP summariser receives)."""

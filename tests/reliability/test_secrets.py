@@ -35,7 +35,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.ledger.redact import RULES, TRIGGER, bounded, redact, redact_value
+from pipeline.ledger.redact import RULES, TRIGGER, quote, redact, redact_value
 from pipeline.synth.generator import generate_session
 from pipeline.tables.redact import redact_table
 from tests.helpers.http import Reply, Server
@@ -230,7 +230,7 @@ def test_tables_are_redacted_cell_by_cell_and_cut() -> None:
 def test_structures_sent_whole_are_redacted_keys_and_all() -> None:
     card = {"asked": ALL, "did": [{"tool": "bash", ALL: [ALL]}], "n": 3}
     assert not leaked(json.dumps(redact_value(card)))
-    assert bounded("abcdef", 4) == "abc…" and bounded("abc", 4) == "abc"
+    assert quote("abcdef", 4) == "abc…" and quote("abc", 4) == "abc"
 
 
 # -- every command on sessions stuffed with secrets -----------------------------------------
