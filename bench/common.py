@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -104,12 +105,15 @@ def best_of(repeat: int, *fns: Callable[[], object],
 def cluster(workers: int) -> Iterator[tuple[str, Client]]:
     """A private LocalCluster of single-threaded worker processes; yields its address."""
     scratch = tempfile.mkdtemp(prefix="vakpipe-bench-dask-")
-    # The workers vakpipe's own LocalCluster starts (pipeline.run.orchestrate.dask_client).
-    with dask.config.set(WORKER_CONFIG), \
-            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                         dashboard_address="127.0.0.1:0", local_directory=scratch) as lc, \
-            Client(lc, set_as_default=False) as client:
-        yield lc.scheduler_address, client
+    try:
+        # The workers vakpipe's own LocalCluster starts (orchestrate.dask_client).
+        with dask.config.set(WORKER_CONFIG), \
+                LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                             dashboard_address="127.0.0.1:0", local_directory=scratch) as lc, \
+                Client(lc, set_as_default=False) as client:
+            yield lc.scheduler_address, client
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # the workers' spill folders
 
 
 def worker_peaks(client: Client) -> dict[str, Any]:

@@ -83,6 +83,40 @@ def _partition_days(out: Location, day: date) -> list[date]:
     return [date.fromisoformat(t) for t in days if t <= day.isoformat()]
 
 
+#: The folder of the ``delta`` layout's commit point (``jobs.nightly_tables``).
+DELTA_NIGHTS = "nights"
+
+
+def check_layout(out: Location, layout: str) -> None:
+    """Refuse an ``out`` that holds the other layout's nights (one listing of ``out``).
+
+    A ``--format delta`` night pointed at a folder of ``date=`` partitions (or the other
+    way round) finds no baseline of its own: it would run as a first night, silently
+    losing the history checks against the nights already there.
+
+    Raises
+    ------
+    UsageError
+        ``out`` holds nights of the other layout.
+    """
+    try:
+        names = _names(out.filesystem(), out.path)
+    except FileNotFoundError:
+        return
+    except storage_errors() as err:
+        raise storage_error(err, out.url) from err
+    partitions = sorted(n for n in names if PARTITION.match(n))
+    if layout == "delta" and partitions:
+        raise UsageError(
+            f"{out.url} holds nights of the partitions layout ({partitions[-1]}): "
+            "--format delta starts its own history; give it another --out (or run "
+            "--format partitions here)")
+    if layout == "partitions" and DELTA_NIGHTS in names:
+        raise UsageError(
+            f"{out.url} holds the Delta tables of --format delta nights: run "
+            "--format delta here, or give the partitions layout another --out")
+
+
 def _manifest(loc: Location) -> dict[str, Any] | None:
     """The partition's manifest; ``None`` without one. Raises :class:`BaselineError`
     when it is there but not a manifest (cut, edited, not JSON)."""
@@ -340,6 +374,7 @@ def run_nightly(
         raise UsageError("--baseline and --rebaseline: give one")
     target = partition(out, day)
     in_process = check_locations(root, out, scheduler)
+    check_layout(out, "partitions")
     if rebaseline:
         baseline = None
     elif baseline_day is not None:

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jobs.nightly_audit import NightlySummary, options_fingerprint
+from jobs.nightly_audit import NightlySummary, check_layout, options_fingerprint
 from pipeline.audit.checkpoint import Checkpoint, missing_finding
 from pipeline.errors import BaselineError, UsageError
 from pipeline.io.commit import StagedRun, new_run_id, read_manifest
@@ -337,6 +337,7 @@ def run_nightly_tables(
     # +9 MB for the classification of 4,000 sessions, +2 MB with the system allocator).
     pa.set_memory_pool(pa.system_memory_pool())
     in_process = check_locations(root, out, scheduler)
+    check_layout(out, "delta")
     tables = Tables(out)
     committed = nights(tables)
     if not committed and tables.version("checkpoints") is not None and \

@@ -14,23 +14,25 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 import pytest
 from distributed import Client
 
-from pipeline.io.commit import read_dataset, read_manifest
+from jobs.nightly_tables import STATE
+from pipeline.io.delta import night_versions, read_night
 from pipeline.io.storage import Location, resolve
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
-from tests.deploy.deploy_helpers import DASK_CONFIG
+from tests.deploy.deploy_helpers import DASK_CONFIG, DASKJOB, load
 from tests.helpers.storage import BUCKET, plain_rows, vakpipe_exe
 
-#: What the DaskJob's runner runs (deploy/k8s/daskjob-nightly.yaml), after ROOT.
-#: Before `vakpipe nightly` existed this was ["audit", "--replay"]; keep the two equal.
-NIGHTLY = ["nightly", "--date", "2026-12-03"]
-PARTITION = "date=2026-12-03"
+#: What the DaskJob's runner runs (deploy/k8s/daskjob-nightly.yaml), after ROOT (its
+#: --out and --no-progress given here); checked equal to the manifest's below.
+NIGHTLY = ["nightly", "--format", "delta", "--keep-days", "90"]
+NIGHT = "2026-12-03"
 #: Enough sessions that the run has several tasks of seconds each (~16 MB replayed),
 #: so a task is still running when the kill lands.
 SESSIONS = 200
@@ -63,7 +65,7 @@ def start_nightly(archive: Location, out: str, address: str,
                   config: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "DASK_SCHEDULER_ADDRESS": address, "DASK_CONFIG": str(config)}
     return subprocess.Popen([vakpipe_exe(), NIGHTLY[0], archive.url, "--out", out,
-                             *NIGHTLY[1:], "--no-progress"],
+                             *NIGHTLY[1:], "--date", NIGHT, "--no-progress"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -73,16 +75,27 @@ def finish(proc: subprocess.Popen[str]) -> None:
 
 
 def tables(out: str) -> dict[str, list[dict[str, Any]]]:
-    """Every dataset the run committed, as sorted rows without run-specific columns."""
-    loc = resolve(f"{out}/{PARTITION}")
-    manifest = read_manifest(loc)
-    assert manifest is not None, f"nothing committed under {loc.url}"
+    """Every state table the night committed, as sorted rows without run-specific
+    columns."""
+    loc = resolve(out)
+    versions = night_versions(loc, date.fromisoformat(NIGHT))
     out_rows = {}
-    for name in manifest["datasets"]:
-        table = read_dataset(loc, name)
+    for name in sorted(set(versions) & set(STATE)):
+        table = read_night(loc, name, date.fromisoformat(NIGHT))
         keep = [c for c in table.column_names if c not in RUN_COLUMNS]
         out_rows[name] = plain_rows(table.select(keep))
     return out_rows
+
+
+def test_the_runs_here_are_the_daskjobs() -> None:
+    """The flags run here are the DaskJob runner's (deploy/k8s/daskjob-nightly.yaml)."""
+    job = load(DASKJOB)
+    (runner,) = job["spec"]["job"]["spec"]["containers"]
+    args = list(runner["args"][1:])  # after "vakpipe"
+    at = args.index("--out")
+    del args[at:at + 2]
+    args.remove("--no-progress")
+    assert [args[0], *args[2:]] == NIGHTLY  # args[1] is ROOT
 
 
 def first_running_task(client: Client, proc: subprocess.Popen[str],
@@ -137,6 +150,7 @@ def test_nightly_on_a_separate_cluster_survives_a_killed_worker(
         assert victim not in client.scheduler_info()["workers"]
 
     expected = tables(calm)
-    assert set(expected) >= {"integrity/sessions", "integrity/findings", "turns", "requests"}
+    assert set(expected) >= {"integrity/sessions", "integrity/findings", "turns", "requests",
+                             "checkpoints"}
     assert len(expected["integrity/sessions"]) == SESSIONS
     assert tables(rough) == expected

@@ -166,6 +166,31 @@ def test_nightly_job_joins_its_scheduler_through_the_environment(
     assert job["spec"]["job"]["spec"]["restartPolicy"] == "Never"
 
 
+def test_the_nightly_runs_the_delta_layout_with_flags_the_cli_accepts(
+    objects: dict[str, Any],
+) -> None:
+    """The runner's arguments parse with the real ``vakpipe nightly`` command (a renamed
+    flag would otherwise fail only at 2 a.m. in the cluster), and it runs the layout
+    whose runner fits the pod: Delta tables, with retention."""
+    from pipeline.cli.nightly import nightly
+    from pipeline.run import lifecycle
+
+    job = objects[f"DaskJob/{PLACEHOLDER}"]
+    (runner,) = job["spec"]["job"]["spec"]["containers"]
+    args = runner["args"][len(NIGHTLY_COMMAND):]
+    reporter = lifecycle.current()
+    saved = dict(vars(reporter))  # the progress options' callbacks set the reporter
+    try:
+        ctx = nightly.make_context("nightly", list(args))
+    finally:
+        vars(reporter).update(saved)
+    assert ctx.params["layout"] == "delta"
+    assert ctx.params["keep_days"] == 90
+    assert ctx.params["progress"] is False
+    # docs/nightly.md, "Runner memory": under 4 GiB at 10^6 sessions.
+    assert runner["resources"]["limits"]["memory"] == "4Gi"
+
+
 def test_the_scheduler_service_selects_this_cluster_only(objects: dict[str, Any]) -> None:
     cluster = objects[f"DaskJob/{PLACEHOLDER}"]["spec"]["cluster"]["spec"]
     selector = cluster["scheduler"]["service"]["selector"]

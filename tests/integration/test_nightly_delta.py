@@ -195,6 +195,24 @@ def test_another_root_is_refused_unless_allowed(
                     "--allow-other-root"]) == 0
 
 
+def test_an_output_of_the_other_layout_is_refused(
+    archive: Path, tmp_path: Path, scheduler: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A night of one layout pointed at the other's nights stops with one line, exit 2,
+    and writes nothing: it would run as a first night and lose the history checks."""
+    for first, then in (("partitions", "delta"), ("delta", "partitions")):
+        out = tmp_path / f"out-{first}"
+        base = ["nightly", str(archive), "--out", str(out), "--scheduler", scheduler,
+                "--no-progress"]
+        assert run([*base, "--format", first, "--date", "2026-12-01"]) == 0
+        before = sorted(p.relative_to(out) for p in out.rglob("*"))
+        capsys.readouterr()
+        assert run([*base, "--format", then, "--date", "2026-12-02"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "another --out" in err, err
+        assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
 def test_keep_days_expires_old_versions_never_the_newest(
     archive: Path, tmp_path: Path, scheduler: str
 ) -> None:
