@@ -14,25 +14,42 @@ unusual type), and the caller then reads the line exactly as before, with orjson
 also says why a line is bad. So the kernel can make a line's verdict neither stricter
 nor looser; it only makes the common, valid line cheaper.
 
-Memory: the parser's tape is reused from line to line (simdjson refuses to reuse it
+Two implementations of one contract: the C extension ``pipeline.ledger._ckernel``
+(``_ckernel.c``: one call per line validates the whole line as orjson reads it and builds
+the tuple; built by ``pip install`` where a compiler is found) and, where it did not
+build, pysimdjson (:func:`scan_simdjson`). ``VAKPIPE_KERNEL`` forces one for tests and
+benchmarks: ``c``, ``simdjson``, or ``orjson`` (no kernel: every line read by orjson);
+unset (or any other value), the C kernel where it imports, else simdjson.
+
+Memory: simdjson's tape is reused from line to line (simdjson refuses to reuse it
 while an object of the previous document is alive), so nothing this module returns
-holds a simdjson object.
+holds a simdjson object; the C kernel allocates nothing that outlives the call.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import simdjson
 
-__all__ = ["MIN_BYTES", "MIN_MESSAGE_BYTES", "scan", "worth_it"]
+__all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "scan",
+           "scan_c", "scan_simdjson", "use", "worth_it"]
 
-#: Lines shorter than this are parsed by orjson whole: simdjson's fixed cost per line
-#: (its proxies, the key list that catches repeated keys) is ~1.8 us, orjson's ~0.3 us,
-#: and simdjson validates ~1.5 GB/s against orjson's ~0.45 GB/s building objects, so
-#: the two cross near 1 KB (measured on the benchmark fleet: docs/audit.md).
+#: Lines shorter than this are parsed by orjson whole, per implementation. simdjson's
+#: fixed cost per line (its proxies, the key list that catches repeated keys) is ~1.8 us,
+#: orjson's ~0.3 us, and simdjson validates ~1.5 GB/s against orjson's ~0.45 GB/s
+#: building objects, so the two cross near 1 KB (a message line, whose view costs
+#: ~1.7 us more: 4 KB). The C kernel's whole call is ~0.7 us of validation at ~2.5 GB/s
+#: plus ~0.6 us for the tuple and view on the fleet's lines: it is faster than orjson at
+#: every size and kind measured (docs/audit.md), so it reads them all. ``orjson``: none.
+THRESHOLDS: dict[str, tuple[int, int]] = {
+    "c": (0, 0), "simdjson": (768, 4096), "orjson": (sys.maxsize, sys.maxsize)}
+#: Lines shorter than this are read by orjson (the current implementation's threshold).
 MIN_BYTES = 768
-#: The same for a message line, whose view costs ~1.7 us more (meta, the blocks' types).
+#: The same for a message line.
 MIN_MESSAGE_BYTES = 4096
 #: Where vak writes the kind: after the envelope (``{"id":…,"parent_id":…,"ts":…,
 #: "prev_hash":…,"at_turn":…,"kind":"…``), within its first few hundred bytes.
@@ -113,7 +130,7 @@ def worth_it(body: bytes) -> bool:
     return not body.startswith((b'receipt"', b'header"'), at)
 
 
-def scan(body: bytes) -> tuple[Any, ...] | None:
+def scan_simdjson(body: bytes) -> tuple[Any, ...] | None:
     """Validate one stored line and read its envelope, or ``None`` when the kernel does
     not vouch for it (the caller reads it with orjson).
 
@@ -167,3 +184,55 @@ def scan(body: bytes) -> tuple[Any, ...] | None:
         return None
     view = _message_view(obj, present) if kind == "message" else None
     return ident, parent, kind, ts, prev, at_turn, view
+
+
+#: The C kernel's scan, or ``None`` where the extension did not build.
+scan_c: Callable[[bytes], tuple[Any, ...] | None] | None
+try:
+    from pipeline.ledger._ckernel import scan as scan_c
+except ImportError:  # not built here (no compiler at install): simdjson stands in
+    scan_c = None
+
+
+def _scan_none(body: bytes) -> None:
+    """No kernel (``VAKPIPE_KERNEL=orjson``): every line is read by orjson."""
+    return None
+
+
+def _scans() -> dict[str, Callable[[bytes], tuple[Any, ...] | None]]:
+    found: dict[str, Callable[[bytes], tuple[Any, ...] | None]] = {
+        "simdjson": scan_simdjson, "orjson": _scan_none}
+    if scan_c is not None:
+        found["c"] = scan_c
+    return found
+
+
+def use(name: str) -> Callable[[bytes], tuple[Any, ...] | None]:
+    """Make ``name`` (``"c"``, ``"simdjson"`` or ``"orjson"``) the kernel: set
+    :data:`IMPLEMENTATION`, :data:`scan` and the thresholds of :func:`worth_it`; return
+    the scan (a module that imported :data:`scan` by name rebinds it itself).
+
+    Raises
+    ------
+    KeyError
+        ``name`` is not an implementation that imports here (``"c"`` where the
+        extension did not build).
+    """
+    global IMPLEMENTATION, scan, MIN_BYTES, MIN_MESSAGE_BYTES
+    chosen = _scans()[name]
+    IMPLEMENTATION, scan = name, chosen
+    MIN_BYTES, MIN_MESSAGE_BYTES = THRESHOLDS[name]
+    return chosen
+
+
+def _default() -> str:
+    wanted = os.environ.get("VAKPIPE_KERNEL", "")
+    if wanted in ("simdjson", "orjson"):
+        return wanted
+    return "c" if scan_c is not None else "simdjson"
+
+
+#: Which kernel reads the lines: ``"c"``, ``"simdjson"`` or ``"orjson"`` (none).
+IMPLEMENTATION = "simdjson"
+scan = scan_simdjson
+use(_default())
