@@ -910,6 +910,45 @@ ckernel_scan(PyObject *Py_UNUSED(module), PyObject *body)
     return scan_impl((const u8 *)PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body));
 }
 
+/* Whether scan() is worth calling on `body`: not when it holds a receipt or a header
+ * (judged, like kernel.py's worth_it, by the first `"kind":"` within its first 512
+ * bytes), whose whole payload the audit reads anyway; every other line, any size (the
+ * C kernel is faster than orjson at every size measured: docs/audit.md). A guess only:
+ * either reader gives the same result. */
+static PyObject *
+ckernel_worth_it(PyObject *Py_UNUSED(module), PyObject *body)
+{
+    if (!PyBytes_Check(body)) {
+        PyErr_SetString(PyExc_TypeError, "worth_it() wants bytes");
+        return NULL;
+    }
+    static const char needle[] = "\"kind\":\"";
+    const Py_ssize_t nlen = sizeof(needle) - 1;
+    const char *buf = PyBytes_AS_STRING(body);
+    Py_ssize_t size = PyBytes_GET_SIZE(body);
+    Py_ssize_t within = size < 512 ? size : 512;
+    const char *at = NULL;
+    for (const char *p = buf; p + nlen <= buf + within;) {
+        const char *q = memchr(p, '"', (buf + within) - p);
+        if (!q || q + nlen > buf + within) {
+            break;
+        }
+        if (memcmp(q, needle, nlen) == 0) {
+            at = q + nlen;
+            break;
+        }
+        p = q + 1;
+    }
+    if (at) {
+        Py_ssize_t left = (buf + size) - at;
+        if ((left >= 8 && memcmp(at, "receipt\"", 8) == 0)
+            || (left >= 7 && memcmp(at, "header\"", 7) == 0)) {
+            Py_RETURN_FALSE;
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyObject *
 ckernel_valid(PyObject *Py_UNUSED(module), PyObject *body)
 {
@@ -929,6 +968,9 @@ static PyMethodDef ckernel_methods[] = {
     {"scan", ckernel_scan, METH_O,
      "scan(body: bytes) -> tuple | None: validate a line, read its envelope "
      "(pipeline/ledger/kernel.py's contract)."},
+    {"worth_it", ckernel_worth_it, METH_O,
+     "worth_it(body: bytes) -> bool: whether scan() is worth calling (not a receipt or "
+     "a header)."},
     {"valid", ckernel_valid, METH_O,
      "valid(body: bytes) -> bool: whether the kernel's grammar accepts body whole."},
     {NULL, NULL, 0, NULL},

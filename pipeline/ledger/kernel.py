@@ -36,7 +36,7 @@ from typing import Any
 import simdjson
 
 __all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "scan",
-           "scan_c", "scan_simdjson", "use", "worth_it"]
+           "scan_c", "scan_simdjson", "use", "worth_it", "worth_it_c", "worth_it_simdjson"]
 
 #: Lines shorter than this are parsed by orjson whole, per implementation. simdjson's
 #: fixed cost per line (its proxies, the key list that catches repeated keys) is ~1.8 us,
@@ -112,9 +112,10 @@ def _message_view(obj: Any, present: set[str]) -> dict[str, Any] | None:
     return view
 
 
-def worth_it(body: bytes) -> bool:
-    """Whether the kernel is likely to read ``body`` faster than orjson (a guess from
-    its length and the kind it seems to hold; either reader gives the same result).
+def worth_it_simdjson(body: bytes) -> bool:
+    """Whether the simdjson kernel is likely to read ``body`` faster than orjson (a
+    guess from its length and the kind it seems to hold; either reader gives the same
+    result).
 
     Receipts and headers are left to orjson: the audit reads their whole payload.
     """
@@ -188,10 +189,12 @@ def scan_simdjson(body: bytes) -> tuple[Any, ...] | None:
 
 #: The C kernel's scan, or ``None`` where the extension did not build.
 scan_c: Callable[[bytes], tuple[Any, ...] | None] | None
+worth_it_c: Callable[[bytes], bool] | None
 try:
     from pipeline.ledger._ckernel import scan as scan_c
+    from pipeline.ledger._ckernel import worth_it as worth_it_c
 except ImportError:  # not built here (no compiler at install): simdjson stands in
-    scan_c = None
+    scan_c = worth_it_c = None
 
 
 def _scan_none(body: bytes) -> None:
@@ -199,18 +202,25 @@ def _scan_none(body: bytes) -> None:
     return None
 
 
-def _scans() -> dict[str, Callable[[bytes], tuple[Any, ...] | None]]:
-    found: dict[str, Callable[[bytes], tuple[Any, ...] | None]] = {
-        "simdjson": scan_simdjson, "orjson": _scan_none}
-    if scan_c is not None:
-        found["c"] = scan_c
+def _never(body: bytes) -> bool:
+    return False
+
+
+Scan = Callable[[bytes], tuple[Any, ...] | None]
+
+
+def _kernels() -> dict[str, tuple[Scan, Callable[[bytes], bool]]]:
+    found: dict[str, tuple[Scan, Callable[[bytes], bool]]] = {
+        "simdjson": (scan_simdjson, worth_it_simdjson), "orjson": (_scan_none, _never)}
+    if scan_c is not None and worth_it_c is not None:
+        found["c"] = (scan_c, worth_it_c)
     return found
 
 
-def use(name: str) -> Callable[[bytes], tuple[Any, ...] | None]:
+def use(name: str) -> tuple[Scan, Callable[[bytes], bool]]:
     """Make ``name`` (``"c"``, ``"simdjson"`` or ``"orjson"``) the kernel: set
-    :data:`IMPLEMENTATION`, :data:`scan` and the thresholds of :func:`worth_it`; return
-    the scan (a module that imported :data:`scan` by name rebinds it itself).
+    :data:`IMPLEMENTATION`, :data:`scan`, :data:`worth_it` and the thresholds; return
+    ``(scan, worth_it)`` (a module that imported them by name rebinds them itself).
 
     Raises
     ------
@@ -218,9 +228,9 @@ def use(name: str) -> Callable[[bytes], tuple[Any, ...] | None]:
         ``name`` is not an implementation that imports here (``"c"`` where the
         extension did not build).
     """
-    global IMPLEMENTATION, scan, MIN_BYTES, MIN_MESSAGE_BYTES
-    chosen = _scans()[name]
-    IMPLEMENTATION, scan = name, chosen
+    global IMPLEMENTATION, scan, worth_it, MIN_BYTES, MIN_MESSAGE_BYTES
+    chosen = _kernels()[name]
+    IMPLEMENTATION, (scan, worth_it) = name, chosen
     MIN_BYTES, MIN_MESSAGE_BYTES = THRESHOLDS[name]
     return chosen
 
@@ -234,5 +244,9 @@ def _default() -> str:
 
 #: Which kernel reads the lines: ``"c"``, ``"simdjson"`` or ``"orjson"`` (none).
 IMPLEMENTATION = "simdjson"
-scan = scan_simdjson
+#: The kernel's scan: validate a line and read its envelope, or ``None`` (orjson reads it).
+scan: Scan = scan_simdjson
+#: Whether the kernel is likely to read a line faster than orjson (a guess: either
+#: reader gives the same result); the C kernel's leaves out only receipts and headers.
+worth_it: Callable[[bytes], bool] = worth_it_simdjson
 use(_default())

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import orjson
@@ -398,3 +401,29 @@ def test_the_grammar_never_takes_what_orjson_refuses(value: Any, ascii_only: boo
     at %= len(text) + 1
     damaged = text[:at] + junk + text[at:]
     assert not valid(damaged) or orjson_takes(damaged)
+
+
+@needs_c
+def test_the_c_kernel_leaves_receipts_and_headers_to_orjson() -> None:
+    assert kernel.worth_it_c is not None
+    for payload, wanted in ((USER, True), (ASSISTANT, True), ({"kind": "turn_card"}, True),
+                            ({"kind": "receipt", "call": {}}, False),
+                            ({"kind": "header", "session_id": "s"}, False)):
+        body = line(payload)
+        assert kernel.worth_it_c(body) is wanted
+        # the simdjson kernel's guess on the same line, past its size thresholds
+        assert kernel.worth_it_simdjson(body + b" " * 8192) is wanted
+    for body in (b"", b'"kind":"', b'"kind":"receipt', b'{"kind":"header"}', b"x" * 600):
+        assert kernel.worth_it_c(body) is (b'receipt"' not in body and b'header"' not in body)
+
+
+@pytest.mark.parametrize("forced", ["", "c", "simdjson", "orjson", "nonsense"])
+def test_vakpipe_kernel_chooses_the_kernel(forced: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", "from pipeline.ledger import kernel, reader; "
+         "print(kernel.IMPLEMENTATION, reader._scan is kernel.scan, "
+         "reader._worth_it is kernel.worth_it)"],
+        env={**os.environ, "VAKPIPE_KERNEL": forced},
+        capture_output=True, text=True, check=True).stdout.split()
+    default = "c" if kernel.scan_c is not None else "simdjson"
+    assert out == [forced if forced in ("simdjson", "orjson") else default, "True", "True"]
