@@ -2,15 +2,16 @@
 payload unparsed. Pure.
 
 A line becomes Python objects only as far as the audit reads it (docs/audit.md, "The
-per-line kernel"): simdjson (``pysimdjson``) validates the whole line (UTF-8, escapes,
-numbers, nesting, trailing bytes) into its own tape without building Python objects,
-the envelope and the few fields the audit reads are taken from the tape, and the
-payload stays as the stored bytes, parsed by orjson when a later stage asks for it.
+per-line kernel"): the kernel validates the whole line (UTF-8, escapes, numbers,
+nesting, trailing bytes) without building Python objects, the envelope and the few
+fields the audit reads are taken from it, and the payload stays as the stored bytes,
+parsed by orjson when a later stage asks for it.
 
 The kernel only ever *accepts*: it answers ``None`` whenever it cannot vouch that the
-orjson reader would accept the line with the same envelope (simdjson refused it, it
-starts with a byte order mark simdjson skips, a key it reads is repeated, a field has an
-unusual type), and the caller then reads the line exactly as before, with orjson, which
+orjson reader would accept the line with the same envelope (the kernel refused it, a
+number or a byte order mark orjson may read otherwise, a key it reads is repeated, a
+field has an unusual type), and the caller then reads the line exactly as before, with
+orjson, which
 also says why a line is bad. So the kernel can make a line's verdict neither stricter
 nor looser; it only makes the common, valid line cheaper.
 
@@ -187,8 +188,10 @@ def scan_simdjson(body: bytes) -> tuple[Any, ...] | None:
     return ident, parent, kind, ts, prev, at_turn, view
 
 
-#: The C kernel's scan, or ``None`` where the extension did not build.
-scan_c: Callable[[bytes], tuple[Any, ...] | None] | None
+Scan = Callable[[bytes], tuple[Any, ...] | None]
+
+#: The C kernel's scan and worth_it, or ``None`` where the extension did not build.
+scan_c: Scan | None
 worth_it_c: Callable[[bytes], bool] | None
 try:
     from pipeline.ledger._ckernel import scan as scan_c
@@ -204,9 +207,6 @@ def _scan_none(body: bytes) -> None:
 
 def _never(body: bytes) -> bool:
     return False
-
-
-Scan = Callable[[bytes], tuple[Any, ...] | None]
 
 
 def _kernels() -> dict[str, tuple[Scan, Callable[[bytes], bool]]]:
