@@ -22,12 +22,14 @@ $(VENV)/bin/uv: | $(VENV)/bin/python
 # The runtime dependencies are installed at the versions of the image's lock, so the
 # tests run what the image ships (`make lock` re-pins after a change to pyproject.toml).
 LOCK   := deploy/image/requirements.lock
+# The per-line kernel's C source: a change rebuilds the extension in place (setup.py).
+KERNEL := pipeline/ledger/_ckernel.c
 
-$(VENV)/.installed-demo: pyproject.toml $(LOCK) | $(VENV)/bin/uv
+$(VENV)/.installed-demo: pyproject.toml setup.py $(KERNEL) $(LOCK) | $(VENV)/bin/uv
 	$(UV) -e ".[demo]" -c $(LOCK)
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(LOCK) | $(VENV)/bin/uv
+$(VENV)/.installed-test: pyproject.toml setup.py $(KERNEL) $(LOCK) | $(VENV)/bin/uv
 	$(UV) -e ".[test,deploy-check]" -c $(LOCK)
 	touch $@ $(VENV)/.installed-demo
 
