@@ -11,8 +11,7 @@ The kernel only ever *accepts*: it answers ``None`` whenever it cannot vouch tha
 orjson reader would accept the line with the same envelope (the kernel refused it, a
 number or a byte order mark orjson may read otherwise, a key it reads is repeated, a
 field has an unusual type), and the caller then reads the line exactly as before, with
-orjson, which
-also says why a line is bad. So the kernel can make a line's verdict neither stricter
+orjson, which also says why a line is bad. So the kernel can make a line's verdict neither stricter
 nor looser; it only makes the common, valid line cheaper.
 
 Two implementations of one contract: the C extension ``pipeline.ledger._ckernel``
