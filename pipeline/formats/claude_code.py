@@ -282,7 +282,7 @@ class ClaudeCode:
         last: bytes | None = None  # the newest entry's stored bytes
         first = True
         for item in json_lines(lines, stats, scan, SCAN_MIN_BYTES):
-            if type(item) is not tuple:  # a Finding (json_lines yields plain tuples)
+            if isinstance(item, Finding):
                 yield item
                 continue
             number, body, obj = item
