@@ -5,13 +5,16 @@ print it too).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from pipeline.io.storage import MAX_LINE_BYTES, Location, printable
 from pipeline.run.orchestrate import RunSummary, run_audit
-from pipeline.run.replay_batches import ReplayOptions
+
+if TYPE_CHECKING:
+    # Only a replay needs its engine imported (see pipeline.run.orchestrate).
+    from pipeline.run.replay_batches import ReplayOptions
 
 
 def audit_job(root: Location, out: Location, replay: ReplayOptions | None = None, *,

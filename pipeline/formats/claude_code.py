@@ -38,7 +38,7 @@ from pipeline.formats.base import ROOT_ID, Scanned, count, json_lines, root_entr
 from pipeline.ledger.layout import CLAUDE_CODE
 from pipeline.ledger.reader import Entry, LineStats, lazy_entry
 from pipeline.ledger.redact import quote
-from pipeline.ledger.types import Code, Finding
+from pipeline.ledger.types import MAX_TOKEN_COUNT, Code, Finding
 
 #: Line types of a Claude Code transcript known when this was written; any other type
 #: (``custom-title``, ``mode``, ...: a new version adds some) is read as activity.
@@ -47,6 +47,7 @@ _TYPES = frozenset({"user", "assistant", "system", "summary", "progress",
 #: Model name Claude Code writes on messages it made up itself (API errors, interrupts).
 SYNTHETIC_MODEL = "<synthetic>"
 PROVIDER = "anthropic"
+_MAX_COUNT = MAX_TOKEN_COUNT
 
 
 def _blocks(content: Any) -> list[Any]:
@@ -58,9 +59,14 @@ def _blocks(content: Any) -> list[Any]:
 def _usage(usage: Any) -> dict[str, int] | None:
     if type(usage) is not dict:
         return None
-    return {k: count(usage.get(k)) for k in (
-        "input_tokens", "output_tokens", "cache_read_input_tokens",
-        "cache_creation_input_tokens")}
+    # Once per assistant line: count() inlined (a token count, else 0).
+    get = usage.get
+    i, o = get("input_tokens"), get("output_tokens")
+    r, c = get("cache_read_input_tokens"), get("cache_creation_input_tokens")
+    return {"input_tokens": i if type(i) is int and 0 <= i <= _MAX_COUNT else 0,
+            "output_tokens": o if type(o) is int and 0 <= o <= _MAX_COUNT else 0,
+            "cache_read_input_tokens": r if type(r) is int and 0 <= r <= _MAX_COUNT else 0,
+            "cache_creation_input_tokens": c if type(c) is int and 0 <= c <= _MAX_COUNT else 0}
 
 
 def _hour_writes(usage: Any) -> int | None:
@@ -271,21 +277,25 @@ class ClaudeCode:
         header["links"] = links
         yield root_entry()
         seen: set[str] = {ROOT_ID}
+        remember = seen.add
         previous = ROOT_ID
         last: bytes | None = None  # the newest entry's stored bytes
+        first = True
         for item in json_lines(lines, stats, scan, SCAN_MIN_BYTES):
             if isinstance(item, Finding):
                 yield item
                 continue
             number, body, obj = item
-            uuid = obj.get("uuid")
+            get = obj.get
+            uuid = get("uuid")
             if type(uuid) is not str or not uuid:  # text(), inlined: once a line
                 continue
-            if "session_id" not in header:
-                header["session_id"] = text(obj.get("sessionId"))
-                header["cwd"] = text(obj.get("cwd"))
-                header["app_version"] = text(obj.get("version"))
-            parent = obj.get("parentUuid")
+            if first:
+                first = False
+                header["session_id"] = text(get("sessionId"))
+                header["cwd"] = text(get("cwd"))
+                header["app_version"] = text(get("version"))
+            parent = get("parentUuid")
             if parent is None:
                 parent = text(obj.get("logicalParentUuid")) or ROOT_ID
                 if parent not in seen:
@@ -296,13 +306,24 @@ class ClaudeCode:
                                   f"logicalParentUuid {quote(parent, 40)!r} is not in the file; "
                                   "linked to the entry before it")
                     parent = previous
-            elif type(parent) is not str or (parent not in seen and obj.get("isSidechain") is True):
+            elif type(parent) is not str or (parent not in seen and get("isSidechain") is True):
                 parent = ROOT_ID
-            seen.add(uuid)
+            remember(uuid)
             previous = uuid
-            ts = obj.get("timestamp")
+            ts = get("timestamp")
             if type(ts) is not str:
                 ts = ""
+            last = body
+            if get("type") == "progress":
+                # Most lines of a transcript: activity, unless a subagent's line copied
+                # (what _kind_data says of them, without its calls).
+                data = get("data")
+                if type(data) is not dict or data.get("type") != "agent_progress":
+                    yield (lazy_entry(number, uuid, parent, "activity", ts, "", body, None)
+                           if type(obj) is Scanned else
+                           _new_entry(Entry, (number, uuid, parent, "activity", ts, None, None,
+                                              "", obj)))
+                    continue
             kind, data = _kind_data(obj)
             if kind == "message":
                 line_type = obj.get("type")
@@ -317,7 +338,6 @@ class ClaudeCode:
                         use = next((text(b.get("tool_use_id")) for b in data["message"]["content"]
                                     if type(b) is dict and b.get("type") == "tool_result"), None)
                         links.append((agent, use, uuid, number))
-            last = body
             # No hash chain here: an entry's digest is left empty, and only the head's is
             # computed (the row's head_hash), once the file is read.
             if type(obj) is Scanned:

@@ -45,6 +45,7 @@ from pipeline.ledger.redact import quote
 from pipeline.ledger.types import Code, Finding
 
 _sha256 = hashlib.sha256
+_new_entry = tuple.__new__
 _TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context",
                     "compacted"})
 _TOTALS = ("input_tokens", "cached_input_tokens", "output_tokens")
@@ -142,13 +143,18 @@ class Codex:
                 yield item
                 continue
             number, body, obj = item
-            kind, payload = obj.get("type"), obj.get("payload")
+            get = obj.get
+            kind, payload = get("type"), get("payload")
             payload = payload if type(payload) is dict else {}
             ptype = payload.get("type")
             data: dict[str, Any] = obj
             entry_kind = "activity"
-            ts = text(obj.get("timestamp")) or ""
-            if kind == "session_meta":
+            ts = get("timestamp")
+            if type(ts) is not str:  # text(...) or "", inlined: once a line
+                ts = ""
+            if kind == "response_item":
+                answer.extend(_answer(payload))
+            elif kind == "session_meta":
                 if "session_id" not in header:
                     # The first is the rollout's own; a fork copies its parent's after it.
                     header.update(session_id=text(payload.get("id")),
@@ -167,8 +173,6 @@ class Codex:
                     turn, started = now_turn, _started_ms(payload, now_turn)
             elif kind == "compacted":
                 entry_kind = "compaction"
-            elif kind == "response_item":
-                answer.extend(_answer(payload))
             elif kind == "event_msg" and ptype == "task_started":
                 turn = text(payload.get("turn_id")) or turn
                 started = _started_ms(payload, turn)
@@ -205,7 +209,9 @@ class Codex:
             ident = f"L{number}"
             head = body
             # No hash chain: only the head entry is hashed (the row's head_hash), below.
-            yield Entry(number, ident, parent, entry_kind, ts, None, None, "", data)
+            # Entry(...) without the Python frame of a named tuple's ``__new__``.
+            yield _new_entry(Entry, (number, ident, parent, entry_kind, ts, None, None, "",
+                                     data))
             parent = ident
         header["head_hash"] = _sha256(head).hexdigest() if head is not None else None
         if forked is not None:

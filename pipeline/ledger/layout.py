@@ -82,6 +82,10 @@ LAYOUTS = ("agents/<agent>/sessions/<cwd hash>/<session>.jsonl (vak), "
 _ROLLOUT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
+#: What no segment of a session's key may hold: a control character or a backslash.
+_UNSAFE_CHAR = re.compile(r"[\x00-\x1f\\]")
+
+
 def parse_session_path(relative: str) -> SessionKey | None:
     """Parse a path relative to the archive root, or ``None`` if it is not a session.
 
@@ -98,9 +102,10 @@ def parse_session_path(relative: str) -> SessionKey | None:
         return None
     # Keys are data, never paths to follow: a dot segment or a control character
     # (NUL, newline) would let a hostile key point elsewhere on a local filesystem.
-    for segment in parts:
-        if segment in ("", ".", "..") or any(ord(c) < 0x20 or c == "\\" for c in segment):
-            return None
+    # One search of the whole key (no segment holds a "/"): once per listed object.
+    if _UNSAFE_CHAR.search(relative) is not None or any(
+            segment in ("", ".", "..") for segment in parts):
+        return None
     if len(parts) == 5 and parts[0] == "agents" and parts[2] == "sessions":
         return SessionKey(relative, parts[1], parts[3], stem)
     if len(parts) >= 3 and parts[-3] == "projects":
@@ -136,9 +141,10 @@ def segment_member(relative: str) -> SessionKey | None:
     if len(parts) != 6 or parts[0] != "agents" or parts[2] != "sessions" \
             or not is_member(parts[5]):
         return None
-    for segment in parts:
-        if segment in ("", ".", "..") or any(ord(c) < 0x20 or c == "\\" for c in segment):
-            return None
+    # One search of the whole key (no segment holds a "/"): once per listed object.
+    if _UNSAFE_CHAR.search(relative) is not None or any(
+            segment in ("", ".", "..") for segment in parts):
+        return None
     return SessionKey("/".join(parts[:5]), parts[1], parts[3], parts[4], storage=SEGMENTS)
 
 
