@@ -324,6 +324,29 @@ parse_number(Cur *c)
 
 static int parse_value(Cur *c, Val *v);
 
+/* After a member of an object or an item of an array: 1 when a ',' follows (skipped,
+   with the whitespace after it: the caller reads the next one), 0 when `close` ends the
+   container (its depth given back), -1 for anything else (orjson refuses it too). */
+static int
+next_item(Cur *c, char close)
+{
+    skip_ws(c);
+    if (c->p >= c->end) {
+        return -1;
+    }
+    if (*c->p == ',') {
+        c->p++;
+        skip_ws(c);
+        return 1;
+    }
+    if (*c->p == close) {
+        c->p++;
+        c->depth--;
+        return 0;
+    }
+    return -1;
+}
+
 static int
 parse_object(Cur *c)
 {
@@ -351,21 +374,10 @@ parse_object(Cur *c)
         if (parse_value(c, &v)) {
             return -1;
         }
-        skip_ws(c);
-        if (c->p >= c->end) {
-            return -1;
+        int more = next_item(c, '}');
+        if (more <= 0) {
+            return more;
         }
-        if (*c->p == ',') {
-            c->p++;
-            skip_ws(c);
-            continue;
-        }
-        if (*c->p == '}') {
-            c->p++;
-            c->depth--;
-            return 0;
-        }
-        return -1;
     }
 }
 
@@ -387,21 +399,10 @@ parse_array(Cur *c)
         if (parse_value(c, &v)) {
             return -1;
         }
-        skip_ws(c);
-        if (c->p >= c->end) {
-            return -1;
+        int more = next_item(c, ']');
+        if (more <= 0) {
+            return more;
         }
-        if (*c->p == ',') {
-            c->p++;
-            skip_ws(c);
-            continue;
-        }
-        if (*c->p == ']') {
-            c->p++;
-            c->depth--;
-            return 0;
-        }
-        return -1;
     }
 }
 
@@ -513,21 +514,10 @@ parse_keyed_object(Cur *c, member_fn member, void *ctx, int *dup)
         if (member(c, &k, ctx)) {
             return -1;
         }
-        skip_ws(c);
-        if (c->p >= c->end) {
-            return -1;
+        int more = next_item(c, '}');
+        if (more <= 0) {
+            return more;
         }
-        if (*c->p == ',') {
-            c->p++;
-            skip_ws(c);
-            continue;
-        }
-        if (*c->p == '}') {
-            c->p++;
-            c->depth--;
-            return 0;
-        }
-        return -1;
     }
 }
 
@@ -620,21 +610,10 @@ parse_content(Cur *c, Msg *m)
         if (push_block(m, &b)) {
             return -1;
         }
-        skip_ws(c);
-        if (c->p >= c->end) {
-            return -1;
+        int more = next_item(c, ']');
+        if (more <= 0) {
+            return more;
         }
-        if (*c->p == ',') {
-            c->p++;
-            skip_ws(c);
-            continue;
-        }
-        if (*c->p == ']') {
-            c->p++;
-            c->depth--;
-            return 0;
-        }
-        return -1;
     }
 }
 
