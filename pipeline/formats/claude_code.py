@@ -47,7 +47,6 @@ _TYPES = frozenset({"user", "assistant", "system", "summary", "progress",
 #: Model name Claude Code writes on messages it made up itself (API errors, interrupts).
 SYNTHETIC_MODEL = "<synthetic>"
 PROVIDER = "anthropic"
-_MAX_COUNT = MAX_TOKEN_COUNT
 
 
 def _blocks(content: Any) -> list[Any]:
@@ -63,10 +62,12 @@ def _usage(usage: Any) -> dict[str, int] | None:
     get = usage.get
     i, o = get("input_tokens"), get("output_tokens")
     r, c = get("cache_read_input_tokens"), get("cache_creation_input_tokens")
-    return {"input_tokens": i if type(i) is int and 0 <= i <= _MAX_COUNT else 0,
-            "output_tokens": o if type(o) is int and 0 <= o <= _MAX_COUNT else 0,
-            "cache_read_input_tokens": r if type(r) is int and 0 <= r <= _MAX_COUNT else 0,
-            "cache_creation_input_tokens": c if type(c) is int and 0 <= c <= _MAX_COUNT else 0}
+    return {"input_tokens": i if type(i) is int and 0 <= i <= MAX_TOKEN_COUNT else 0,
+            "output_tokens": o if type(o) is int and 0 <= o <= MAX_TOKEN_COUNT else 0,
+            "cache_read_input_tokens":
+                r if type(r) is int and 0 <= r <= MAX_TOKEN_COUNT else 0,
+            "cache_creation_input_tokens":
+                c if type(c) is int and 0 <= c <= MAX_TOKEN_COUNT else 0}
 
 
 def _hour_writes(usage: Any) -> int | None:

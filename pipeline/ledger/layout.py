@@ -86,6 +86,15 @@ _ROLLOUT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a
 _UNSAFE_CHAR = re.compile(r"[\x00-\x1f\\]")
 
 
+def _unsafe(relative: str, parts: list[str]) -> bool:
+    """Whether a key (``relative``, split into ``parts`` at "/") holds an empty or dot
+    segment or a character no key may hold. Keys are data, never paths to follow: such
+    a segment would let a hostile key point elsewhere on a local filesystem. One search
+    of the whole key (no segment holds a "/"): it runs once per listed object."""
+    return _UNSAFE_CHAR.search(relative) is not None or any(
+        segment in ("", ".", "..") for segment in parts)
+
+
 def parse_session_path(relative: str) -> SessionKey | None:
     """Parse a path relative to the archive root, or ``None`` if it is not a session.
 
@@ -100,11 +109,7 @@ def parse_session_path(relative: str) -> SessionKey | None:
     stem = ledger_stem(parts[-1])
     if stem is None:
         return None
-    # Keys are data, never paths to follow: a dot segment or a control character
-    # (NUL, newline) would let a hostile key point elsewhere on a local filesystem.
-    # One search of the whole key (no segment holds a "/"): once per listed object.
-    if _UNSAFE_CHAR.search(relative) is not None or any(
-            segment in ("", ".", "..") for segment in parts):
+    if _unsafe(relative, parts):
         return None
     if len(parts) == 5 and parts[0] == "agents" and parts[2] == "sessions":
         return SessionKey(relative, parts[1], parts[3], stem)
@@ -141,9 +146,7 @@ def segment_member(relative: str) -> SessionKey | None:
     if len(parts) != 6 or parts[0] != "agents" or parts[2] != "sessions" \
             or not is_member(parts[5]):
         return None
-    # One search of the whole key (no segment holds a "/"): once per listed object.
-    if _UNSAFE_CHAR.search(relative) is not None or any(
-            segment in ("", ".", "..") for segment in parts):
+    if _unsafe(relative, parts):
         return None
     return SessionKey("/".join(parts[:5]), parts[1], parts[3], parts[4], storage=SEGMENTS)
 
