@@ -35,6 +35,7 @@ from typing import Any
 import simdjson
 
 from pipeline.formats.base import ROOT_ID, Scanned, count, json_lines, root_entry, text
+from pipeline.ledger.kernel import parse_object
 from pipeline.ledger.layout import CLAUDE_CODE
 from pipeline.ledger.reader import Entry, LineStats, lazy_entry
 from pipeline.ledger.redact import quote
@@ -149,14 +150,9 @@ _SCALARS = frozenset({"uuid", "parentUuid", "logicalParentUuid", "isSidechain", 
                       "cwd", "version", "timestamp", "type", "requestId", "isMeta",
                       "isCompactSummary", "subtype"})
 _OPAQUE: Any = ()  # an empty tuple: neither a string, a dict, None nor True
-_BOM = b"\xef\xbb\xbf"
 _Object = simdjson.Object
 _Array = simdjson.Array
 _PROXIES = (_Object, _Array)
-_parser = simdjson.Parser()
-#: Lines longer than this get a parser of their own, freed with the line (a parser
-#: keeps the buffers of the longest line it read).
-_REUSE_BYTES = 1 << 20
 _new_entry = tuple.__new__
 _sha256 = hashlib.sha256
 
@@ -184,13 +180,8 @@ def scan(body: bytes) -> Scanned | None:
     read, a subagent's copied line (``agent_progress``) and a ``toolUseResult`` naming a
     subagent (read whole, rare).
     """
-    if body[:3] == _BOM:
-        return None
-    try:
-        obj = (_parser if len(body) <= _REUSE_BYTES else simdjson.Parser()).parse(body)
-    except (ValueError, RuntimeError):
-        return None
-    if type(obj) is not _Object:
+    obj = parse_object(body)
+    if obj is None:
         return None
     keys = _unique(obj)
     if keys is None:

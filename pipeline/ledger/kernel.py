@@ -35,8 +35,9 @@ from typing import Any
 
 import simdjson
 
-__all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "scan",
-           "scan_c", "scan_simdjson", "use", "worth_it", "worth_it_c", "worth_it_simdjson"]
+__all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "parse_object",
+           "scan", "scan_c", "scan_simdjson", "use", "worth_it", "worth_it_c",
+           "worth_it_simdjson"]
 
 #: Lines shorter than this are parsed by orjson whole, per implementation. simdjson's
 #: fixed cost per line (its proxies, the key list that catches repeated keys) is ~1.8 us,
@@ -131,6 +132,25 @@ def worth_it_simdjson(body: bytes) -> bool:
     return not body.startswith((b'receipt"', b'header"'), at)
 
 
+def parse_object(body: bytes) -> Any:
+    """One stored line validated by simdjson, as its top-level ``simdjson.Object``, or
+    ``None`` where simdjson cannot vouch for it as orjson would read it: a byte order
+    mark (simdjson skips it, orjson refuses it), a line simdjson refuses (or a number
+    it cannot hold: orjson decides, and says why), a value other than an object.
+
+    The vak kernel's simdjson path and the Claude Code scan both start here. The
+    object lives on a parser reused from line to line (one of its own for a line over
+    :data:`_REUSE_BYTES`): read it, then drop it before the next call.
+    """
+    if body[:3] == _BOM:
+        return None
+    try:
+        obj = (_parser if len(body) <= _REUSE_BYTES else simdjson.Parser()).parse(body)
+    except (ValueError, RuntimeError):
+        return None
+    return obj if type(obj) is _Object else None
+
+
 def scan_simdjson(body: bytes) -> tuple[Any, ...] | None:
     """Validate one stored line and read its envelope, or ``None`` when the kernel does
     not vouch for it (the caller reads it with orjson).
@@ -148,15 +168,8 @@ def scan_simdjson(body: bytes) -> tuple[Any, ...] | None:
         timestamp); ``view`` what the audit reads of a message (see
         :func:`_message_view`; else ``None``). Plain Python objects all.
     """
-    # simdjson skips a leading byte order mark, orjson (and vak's serde) refuse it.
-    if body[:3] == _BOM:
-        return None
-    try:
-        obj = (_parser if len(body) <= _REUSE_BYTES else simdjson.Parser()).parse(body)
-    except (ValueError, RuntimeError):
-        # Refused (or a number simdjson cannot hold): orjson decides, and says why.
-        return None
-    if type(obj) is not _Object:
+    obj = parse_object(body)
+    if obj is None:
         return None
     # A repeated key: orjson keeps its last value, simdjson's look-up finds the first.
     keys = list(obj.keys())
