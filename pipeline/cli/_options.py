@@ -1,8 +1,8 @@
 """The option groups the commands share, and the one builder of replay options.
 
-Each command module takes its options from here (``--storage-option``, the cluster, the
-progress reporter, the replay flags, ``--max-line-bytes``, ``--force``), so one flag
-means the same on every command that has it.
+Each command module takes its options from here (``--storage-option``, ``--prices``,
+the cluster, the progress reporter, the replay flags, ``--max-line-bytes``,
+``--force``), so one flag means the same on every command that has it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ storage_option = click.option(
     "--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
     help="fsspec storage option (repeatable), e.g. endpoint_url=http://127.0.0.1:5000",
 )
+prices_option = click.option(
+    "--prices", "prices_path", default=None, type=click.Path(dir_okay=False),
+    metavar="FILE|PLUGIN",
+    help="Your own price table (TOML), or an installed price-source plug-in "
+         "(vakpipe plugins): its rules come first.")
 
 #: Seconds between heartbeat lines when stderr is not a terminal (``--heartbeat``).
 DEFAULT_HEARTBEAT_S = 30.0

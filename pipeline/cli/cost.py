@@ -10,6 +10,7 @@ import click
 from pipeline.cli._exits import EXIT_BUDGET, EXIT_FINDINGS, EXIT_PARTIAL
 from pipeline.cli._options import (
     keys_option,
+    prices_option,
     storage_option,
 )
 from pipeline.cli._output import JsonDocument, json_option, json_output
@@ -43,8 +44,7 @@ from pipeline.io.storage import parse_storage_options, resolve
               default=None, metavar="WHEN",
               help="The instant the budgets' running period is projected from (on "
                    "--timezone's clock; default now).")
-@click.option("--prices", "prices_path", default=None, type=click.Path(dir_okay=False),
-              help="Your own price table (TOML); its rules come first.")
+@prices_option
 @click.option("--report-dir", default=None,
               help="Where the tables and report.html go (default: OUT/cost).")
 @click.option("--fail-on", "fail_on", type=click.Choice(["unpriced"]), default=None,

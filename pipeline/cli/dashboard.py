@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from pipeline.cli._options import prices_option, storage_option
 from pipeline.cli._output import json_option, json_output
 
 
@@ -11,12 +12,10 @@ from pipeline.cli._output import json_option, json_output
 @click.argument("out")
 @click.option("--html", "html_path", default=None, metavar="FILE",
               help="Where the page goes (any fsspec URL); default OUT/dashboard.html.")
-@click.option("--prices", default=None, metavar="FILE|PLUGIN",
-              help="A price file, or an installed price-source plug-in.")
-@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
-              help="fsspec storage option (repeatable).")
+@prices_option
+@storage_option
 @json_option
-def dashboard(out: str, html_path: str | None, prices: str | None,
+def dashboard(out: str, html_path: str | None, prices_path: str | None,
               storage_options: tuple[str, ...], as_json: bool) -> None:
     """Write the fleet dashboard of OUT: a nightly output (one point per date=
     partition) or one run's output. One self-contained page (opens offline):
@@ -31,6 +30,6 @@ def dashboard(out: str, html_path: str | None, prices: str | None,
         outcome = dashboard_job(
             resolve(out, options),
             html=resolve(html_path, options) if html_path is not None else None,
-            prices=prices)
+            prices=prices_path)
         print_dashboard(outcome)
         doc.set(outcome.as_dict())

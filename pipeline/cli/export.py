@@ -6,6 +6,7 @@ from datetime import datetime
 
 import click
 
+from pipeline.cli._options import prices_option, storage_option
 from pipeline.cli._output import json_option, json_output
 from pipeline.errors import UsageError
 
@@ -41,14 +42,12 @@ def _header(pairs: tuple[str, ...]) -> dict[str, str] | None:
               help="First day exported (UTC).")
 @click.option("--until", type=click.DateTime(["%Y-%m-%d"]), default=None,
               help="Last day exported (UTC).")
-@click.option("--prices", default=None, metavar="FILE|PLUGIN",
-              help="A price file, or an installed price-source plug-in.")
-@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
-              help="fsspec storage option (repeatable).")
+@prices_option
+@storage_option
 @json_option
 def otel(out: str, endpoint: str | None, file_: str | None, headers: tuple[str, ...],
-         timeout: float, since: datetime | None, until: datetime | None, prices: str | None,
-         storage_options: tuple[str, ...], as_json: bool) -> None:
+         timeout: float, since: datetime | None, until: datetime | None,
+         prices_path: str | None, storage_options: tuple[str, ...], as_json: bool) -> None:
     """Export the usage of the run under OUT as OpenTelemetry GenAI spans: one span per
     billed model request, with the gen_ai.usage.* attributes (input tokens inclusive of
     cache) and vakpipe's own vakpipe.cost.* and cache-write split (non-standard).
@@ -65,6 +64,6 @@ def otel(out: str, endpoint: str | None, file_: str | None, headers: tuple[str, 
             dest=resolve(file_, options) if file_ is not None else None,
             headers=_header(headers), timeout=timeout,
             since=since.date() if since else None, until=until.date() if until else None,
-            prices=prices)
+            prices=prices_path)
         print_export(result)
         doc.set(result.as_dict())
