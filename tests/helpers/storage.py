@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,14 @@ def vakpipe_exe() -> str:
     if found is None:  # pragma: no cover
         pytest.fail("the vakpipe entry point is not installed (pip install -e .)")
     return found
+
+
+def run_vakpipe(*args: str, env: dict[str, str] | None = None,
+                timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``vakpipe ARGS`` through its entry point, in a process of its own (``env``: its
+    whole environment; default this one's). Never raises on a failing exit."""
+    return subprocess.run([vakpipe_exe(), *args], capture_output=True, text=True,
+                          env=env, timeout=timeout, check=False)
 
 
 def plain_rows(table: pa.Table) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,16 +26,12 @@ from pipeline.io.storage import Location, resolve
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.generator import generate_fleet, ground_truth
 from pipeline.synth.local_s3 import CREDENTIALS, LocalS3, free_port, local_s3
-from tests.helpers.storage import BUCKET, plain_rows, vakpipe_exe
+from tests.helpers.storage import BUCKET, plain_rows, run_vakpipe
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 
 
-def vakpipe(*args: str, env: dict[str, str] | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``vakpipe`` script."""
-    return subprocess.run([vakpipe_exe(), *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, check=False)
+vakpipe = run_vakpipe
 
 
 def assert_one_line_error(code: int | None, stderr: str, *names: str) -> str:

@@ -5,6 +5,7 @@ empty window, and budgets (``--budgets``: the table, the JSON, the HTML, exit 4)
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 
 from pipeline.cli import EXIT_BUDGET, EXIT_OK, EXIT_UNUSABLE
 from tests.helpers.data_paths import CCUSAGE, REAL
-from tests.helpers.storage import vakpipe_exe
+from tests.helpers.storage import run_vakpipe
 
 PROJECT = "-home-marco-projects-spotter"
 #: ccusage's token fields -> the cost table's billed columns.
@@ -24,9 +25,7 @@ TOKENS = {"inputTokens": "billed_input_tokens", "outputTokens": "billed_output_t
           "cacheReadTokens": "billed_cache_read_tokens"}
 
 
-def _vakpipe(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([vakpipe_exe(), *args], capture_output=True, text=True,
-                          timeout=600, check=False)
+_vakpipe = functools.partial(run_vakpipe, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -14,20 +14,16 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from pipeline.io.storage import resolve
 from pipeline.synth.fleet import write_fleet
-from tests.helpers.storage import vakpipe_exe
+from tests.helpers.storage import run_vakpipe
 from tests.integration.test_report_browser import SCREENSHOTS, WIDTH, Charts, browse, png_size
 
-
-def vakpipe(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([vakpipe_exe(), *args], capture_output=True, text=True,
-                          timeout=300, check=False)
+vakpipe = run_vakpipe
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ and ``vakpipe cost --fail-on unpriced`` runs as a separate process.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -39,7 +40,7 @@ from pipeline.costs.pricing import (
     price,
 )
 from tests.helpers.data_paths import REAL
-from tests.helpers.storage import vakpipe_exe
+from tests.helpers.storage import run_vakpipe
 
 D = Decimal
 OWN = load_toml_prices()
@@ -316,9 +317,7 @@ def audited_real(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _vakpipe(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([vakpipe_exe(), *args], capture_output=True, text=True,
-                          timeout=600, check=False)
+_vakpipe = functools.partial(run_vakpipe, timeout=600)
 
 
 def _cost(out: Path, report: Path, *args: str) -> Callable[[], subprocess.CompletedProcess[str]]:

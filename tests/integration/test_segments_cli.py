@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -27,14 +26,12 @@ from pipeline.synth.segments import (
     vak_key_material,
     write_segment_ledger,
 )
-from tests.helpers.storage import BUCKET, vakpipe_exe
+from tests.helpers.storage import BUCKET, run_vakpipe
 
 JSONL_SESSIONS = 3
 
 
-def vakpipe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([vakpipe_exe(), *args], capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
+vakpipe = run_vakpipe
 
 
 def ledgers() -> list[SegmentLedger]:

@@ -31,15 +31,12 @@ from pipeline.cli import EXIT_OK, EXIT_UNUSABLE
 from pipeline.io.commit import MANIFEST, STAGING, read_manifest
 from pipeline.io.storage import resolve
 from tests.helpers.fleets import copied_fleet
-from tests.helpers.storage import vakpipe_exe
+from tests.helpers.storage import run_vakpipe
 
 WINDOW = "8000"  # small enough that the fleet below gets packets (compacted copies)
 
 
-def vakpipe(*args: str) -> subprocess.CompletedProcess[str]:
-    """``vakpipe ARGS`` in a process of its own."""
-    return subprocess.run([vakpipe_exe(), *args], capture_output=True, text=True,
-                          timeout=300, check=False, env=dict(os.environ))
+vakpipe = run_vakpipe
 
 
 def fingerprint(root: Path) -> dict[str, str]:

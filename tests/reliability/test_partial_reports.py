@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -24,7 +23,7 @@ from pipeline.io.storage import enumerate_sessions, resolve
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
 from tests.helpers.fault_proxy import FaultProxy, Rule, fault_proxy
-from tests.helpers.storage import BUCKET, vakpipe_exe
+from tests.helpers.storage import BUCKET, run_vakpipe
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 RUN = f"s3://{BUCKET}/run"
@@ -50,9 +49,7 @@ def partial_audit(proxy: FaultProxy, scheduler: str) -> int:
     return code
 
 
-def vakpipe(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([vakpipe_exe(), *args], capture_output=True, text=True,
-                          timeout=300, check=False)
+vakpipe = run_vakpipe
 
 
 def test_cost_of_a_partial_run_says_so_and_exits_3(partial_run: str) -> None:
