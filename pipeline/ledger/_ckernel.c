@@ -878,6 +878,356 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* Claude Code transcript lines: pipeline/formats/claude_code.py's `scan`, in C.
+ *
+ *     scan_transcript(result_type, body: bytes) -> result_type | None
+ *
+ * The same contract as the simdjson scan there: validate the whole line, and return
+ * (an instance of result_type, a dict subclass) the top-level fields the adapter reads
+ * as plain values (an object or array there reads as the empty tuple, the adapter's
+ * opaque value), the message cut to model, id, usage (whole, parsed by orjson from its
+ * span) and content (a user's blocks cut to their type, [] for anyone else's), and
+ * data cut to its type. Deferred (None) besides what scan() defers: a number or an
+ * escaped string where a plain value is returned, a repeated key in an object read, a
+ * user's content that is neither a string nor an array of objects, a subagent's copied
+ * line (data.type "agent_progress"), a toolUseResult naming a subagent (agentId). */
+
+#define CC_NSCALARS 13
+static const char *const cc_scalar_names[CC_NSCALARS] = {
+    "uuid", "parentUuid", "logicalParentUuid", "isSidechain", "sessionId", "cwd", "version",
+    "timestamp", "type", "requestId", "isMeta", "isCompactSummary", "subtype"};
+static Py_ssize_t cc_scalar_lens[CC_NSCALARS];
+static PyObject *cc_scalar_keys[CC_NSCALARS];
+static PyObject *empty_args = NULL;
+static PyObject *s_model = NULL, *s_id = NULL, *s_usage = NULL, *s_data = NULL;
+enum { CC_TYPE = 8 };
+
+typedef struct {
+    Msg *msg;
+    Val model, id, usage;
+} CcMessage;
+
+typedef struct {
+    Val scalars[CC_NSCALARS];
+    int order[CC_NSCALARS]; /* the scalars present, in the line's order */
+    int nscalars;
+    Val message, data, data_type;
+    CcMessage m;
+    int data_dup, message_dup, agent;
+} CcLine;
+
+static int
+cc_message_member(Cur *c, const Val *key, void *ctx)
+{
+    CcMessage *cm = (CcMessage *)ctx;
+    if (KEY_IS(key, "content")) {
+        if (c->p < c->end && *c->p == '[') {
+            cm->msg->content.type = T_ARR;
+            return parse_content(c, cm->msg);
+        }
+        return parse_value(c, &cm->msg->content);
+    }
+    Val *slot = KEY_IS(key, "model") ? &cm->model : KEY_IS(key, "id") ? &cm->id
+                : KEY_IS(key, "usage") ? &cm->usage : NULL;
+    if (slot) {
+        return parse_value(c, slot);
+    }
+    Val v;
+    return parse_value(c, &v);
+}
+
+static int
+cc_data_member(Cur *c, const Val *key, void *ctx)
+{
+    if (KEY_IS(key, "type")) {
+        return parse_value(c, (Val *)ctx);
+    }
+    Val v;
+    return parse_value(c, &v);
+}
+
+static int
+cc_result_member(Cur *c, const Val *key, void *ctx)
+{
+    if (KEY_IS(key, "agentId")) {
+        *(int *)ctx = 1;
+    }
+    Val v;
+    return parse_value(c, &v);
+}
+
+static int
+cc_line_member(Cur *c, const Val *key, void *ctx)
+{
+    CcLine *l = (CcLine *)ctx;
+    int open = c->p < c->end && *c->p == '{';
+    if (KEY_IS(key, "message")) {
+        l->message.type = T_OTHER;
+        if (open) {
+            l->message.type = T_OBJ;
+            return parse_keyed_object(c, cc_message_member, &l->m, &l->message_dup);
+        }
+        return parse_value(c, &l->message);
+    }
+    if (KEY_IS(key, "data")) {
+        l->data.type = T_OTHER;
+        if (open) {
+            l->data.type = T_OBJ;
+            return parse_keyed_object(c, cc_data_member, &l->data_type, &l->data_dup);
+        }
+        return parse_value(c, &l->data);
+    }
+    if (KEY_IS(key, "toolUseResult") && open) {
+        int dup = 0; /* a repeated key does not change whether agentId is there */
+        return parse_keyed_object(c, cc_result_member, &l->agent, &dup);
+    }
+    for (int i = 0; i < CC_NSCALARS; i++) {
+        if (key->n == cc_scalar_lens[i] && memcmp(key->s, cc_scalar_names[i], key->n) == 0) {
+            l->order[l->nscalars++] = i; /* a key read once: repeats defer the line */
+            return parse_value(c, &l->scalars[i]);
+        }
+    }
+    Val v;
+    return parse_value(c, &v);
+}
+
+/* A plain value as orjson gives it (a new reference), the opaque () for an object or
+ * an array, NULL with *defer set for what is left to orjson (a number, an escape). */
+static PyObject *
+cc_plain(const Val *v, int *defer)
+{
+    switch (v->type) {
+    case T_STR:
+        if (v->esc) {
+            break;
+        }
+        return str_of(v);
+    case T_NULL:
+        return Py_NewRef(Py_None);
+    case T_OBJ:
+    case T_ARR:
+        return PyTuple_New(0);
+    case T_OTHER:
+        if (*v->start == 't') {
+            return Py_NewRef(Py_True);
+        }
+        if (*v->start == 'f') {
+            return Py_NewRef(Py_False);
+        }
+        break;
+    }
+    *defer = 1;
+    return NULL;
+}
+
+/* Set out[key] = value, stealing value; -1 on an error or a deferral (value NULL). */
+static int
+cc_set(PyObject *out, PyObject *key, PyObject *value)
+{
+    if (!value) {
+        return -1;
+    }
+    int rc = PyDict_SetItem(out, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+/* A user's content blocks cut to their type: a new list, or NULL (*defer set when an
+ * item is not an object or repeats a key). */
+static PyObject *
+cc_blocks(const Msg *m, int *defer)
+{
+    PyObject *blocks = PyList_New(m->nblocks);
+    if (!blocks) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < m->nblocks; i++) {
+        const Block *b = &m->blocks[i];
+        if (b->kind == B_NOTOBJ || b->kind == B_DUP) {
+            *defer = 1;
+            Py_DECREF(blocks);
+            return NULL;
+        }
+        PyObject *item = PyDict_New();
+        if (item && b->kind == B_TYPE) {
+            Val t = {T_STR, 0, b->s, b->n, NULL, NULL};
+            if (cc_set(item, s_type, str_of(&t))) {
+                Py_CLEAR(item);
+            }
+        }
+        if (!item) {
+            Py_DECREF(blocks);
+            return NULL;
+        }
+        PyList_SET_ITEM(blocks, i, item);
+    }
+    return blocks;
+}
+
+static PyObject *
+cc_message(const CcLine *l, int user, int *defer)
+{
+    const CcMessage *cm = &l->m;
+    PyObject *cut = PyDict_New();
+    if (!cut) {
+        return NULL;
+    }
+    if ((cm->model.type != T_ABSENT && cc_set(cut, s_model, cc_plain(&cm->model, defer)))
+        || (cm->id.type != T_ABSENT && cc_set(cut, s_id, cc_plain(&cm->id, defer)))) {
+        goto fail;
+    }
+    if (cm->usage.type == T_OBJ) {
+        PyObject *span = PyBytes_FromStringAndSize((const char *)cm->usage.start,
+                                                   cm->usage.stop - cm->usage.start);
+        PyObject *usage = span ? PyObject_CallOneArg(orjson_loads, span) : NULL;
+        Py_XDECREF(span);
+        if (!usage && span) {
+            PyErr_Clear(); /* cannot happen on a span validated above: orjson decides */
+            *defer = 1;
+        }
+        if (cc_set(cut, s_usage, usage)) {
+            goto fail;
+        }
+    }
+    else if (cm->usage.type != T_ABSENT
+             && cc_set(cut, s_usage, cc_plain(&cm->usage, defer))) {
+        goto fail;
+    }
+    const Msg *m = cm->msg;
+    if (m->content.type != T_ABSENT) {
+        PyObject *content;
+        if (!user) {
+            content = PyList_New(0); /* only a user's blocks are read */
+        }
+        else if (m->content.type == T_STR) {
+            content = PyUnicode_New(0, 0); /* a text block, whatever it says */
+        }
+        else if (m->content.type == T_ARR) {
+            content = cc_blocks(m, defer);
+        }
+        else if (m->content.type == T_NULL) {
+            content = Py_NewRef(Py_None);
+        }
+        else {
+            *defer = 1; /* an object or a scalar: orjson reads the line */
+            content = NULL;
+        }
+        if (cc_set(cut, s_content, content)) {
+            goto fail;
+        }
+    }
+    return cut;
+fail:
+    Py_DECREF(cut);
+    return NULL;
+}
+
+static PyObject *
+scan_transcript_impl(PyObject *result_type, const u8 *buf, Py_ssize_t size)
+{
+    if (size < 2 || buf[0] != '{' || buf[size - 1] != '}') {
+        Py_RETURN_NONE;
+    }
+    Msg msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.blocks = msg.small;
+    msg.cap = (Py_ssize_t)(sizeof(msg.small) / sizeof(msg.small[0]));
+    CcLine l;
+    memset(&l, 0, sizeof(l));
+    l.m.msg = &msg;
+    Cur c = {buf, buf + size, 0};
+    int dup = 0, defer = 0;
+    PyObject *out = NULL;
+    int ok = parse_keyed_object(&c, cc_line_member, &l, &dup) == 0 && c.p == c.end && !dup
+             && !l.message_dup && !l.data_dup && !l.agent;
+    if (PyErr_Occurred()) { /* the blocks' allocation failed */
+        goto done;
+    }
+    if (!ok) {
+        goto defer;
+    }
+    PyObject *data_type = NULL;
+    if (l.data.type == T_OBJ) {
+        if (l.data_type.type == T_ABSENT) {
+            data_type = Py_NewRef(Py_None);
+        }
+        else {
+            data_type = cc_plain(&l.data_type, &defer);
+            if (!data_type) {
+                goto done_or_defer;
+            }
+            if (PyUnicode_Check(data_type)
+                && PyUnicode_CompareWithASCIIString(data_type, "agent_progress") == 0) {
+                Py_DECREF(data_type);
+                goto defer; /* a subagent's copied line: read whole, by orjson */
+            }
+        }
+    }
+    /* A new, empty instance of the dict subclass, without the Python-level call. */
+    out = ((PyTypeObject *)result_type)->tp_new((PyTypeObject *)result_type, empty_args, NULL);
+    if (!out) {
+        Py_XDECREF(data_type);
+        goto done;
+    }
+    for (int i = 0; i < l.nscalars; i++) {
+        int at = l.order[i];
+        if (cc_set(out, cc_scalar_keys[at], cc_plain(&l.scalars[at], &defer))) {
+            Py_XDECREF(data_type);
+            goto done_or_defer;
+        }
+    }
+    if (l.message.type == T_OBJ) {
+        const Val *t = &l.scalars[CC_TYPE];
+        int user = t->type == T_STR && !t->esc && t->n == 4 && memcmp(t->s, "user", 4) == 0;
+        if (cc_set(out, s_message, cc_message(&l, user, &defer))) {
+            Py_XDECREF(data_type);
+            goto done_or_defer;
+        }
+    }
+    else if (l.message.type != T_ABSENT
+             && cc_set(out, s_message, cc_plain(&l.message, &defer))) {
+        Py_XDECREF(data_type);
+        goto done_or_defer;
+    }
+    if (l.data.type == T_OBJ) {
+        PyObject *cut = PyDict_New();
+        if (cc_set(out, s_data, cut) || PyDict_SetItem(cut, s_type, data_type)) {
+            Py_DECREF(data_type);
+            goto done_or_defer;
+        }
+        Py_DECREF(data_type);
+    }
+    else if (l.data.type != T_ABSENT && cc_set(out, s_data, cc_plain(&l.data, &defer))) {
+        goto done_or_defer;
+    }
+    goto done;
+done_or_defer:
+    Py_CLEAR(out);
+    if (!defer) {
+        goto done; /* an error is set */
+    }
+defer:
+    out = Py_NewRef(Py_None);
+done:
+    if (msg.blocks != msg.small) {
+        PyMem_Free(msg.blocks);
+    }
+    return out;
+}
+
+static PyObject *
+ckernel_scan_transcript(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scan_transcript() wants a result type and bytes");
+        return NULL;
+    }
+    return scan_transcript_impl(args[0], (const u8 *)PyBytes_AS_STRING(args[1]),
+                                PyBytes_GET_SIZE(args[1]));
+}
+
 static PyObject *
 ckernel_scan(PyObject *Py_UNUSED(module), PyObject *body)
 {
@@ -950,6 +1300,9 @@ static PyMethodDef ckernel_methods[] = {
     {"worth_it", ckernel_worth_it, METH_O,
      "worth_it(body: bytes) -> bool: whether scan() is worth calling (not a receipt or "
      "a header)."},
+    {"scan_transcript", (PyCFunction)(void (*)(void))ckernel_scan_transcript, METH_FASTCALL,
+     "scan_transcript(result_type, body: bytes) -> result_type | None: validate a Claude "
+     "Code line, read what its adapter reads (pipeline/formats/claude_code.py's scan)."},
     {"valid", ckernel_valid, METH_O,
      "valid(body: bytes) -> bool: whether the kernel's grammar accepts body whole."},
     {NULL, NULL, 0, NULL},
@@ -978,8 +1331,24 @@ PyInit__ckernel(void)
     s_content = PyUnicode_InternFromString("content");
     s_type = PyUnicode_InternFromString("type");
     s_meta = PyUnicode_InternFromString("meta");
-    if (!s_message || !s_role || !s_content || !s_type || !s_meta) {
+    empty_args = PyTuple_New(0);
+    if (!empty_args) {
         return NULL;
+    }
+    s_model = PyUnicode_InternFromString("model");
+    s_id = PyUnicode_InternFromString("id");
+    s_usage = PyUnicode_InternFromString("usage");
+    s_data = PyUnicode_InternFromString("data");
+    if (!s_message || !s_role || !s_content || !s_type || !s_meta || !s_model || !s_id
+        || !s_usage || !s_data) {
+        return NULL;
+    }
+    for (int i = 0; i < CC_NSCALARS; i++) {
+        cc_scalar_lens[i] = (Py_ssize_t)strlen(cc_scalar_names[i]);
+        cc_scalar_keys[i] = PyUnicode_InternFromString(cc_scalar_names[i]);
+        if (!cc_scalar_keys[i]) {
+            return NULL;
+        }
     }
     PyObject *m = PyModule_Create(&ckernel_module);
     if (m && PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH)) {

@@ -202,14 +202,18 @@ def scan_simdjson(body: bytes) -> tuple[Any, ...] | None:
 
 Scan = Callable[[bytes], tuple[Any, ...] | None]
 
-#: The C kernel's scan and worth_it, or ``None`` where the extension did not build.
+#: The C kernel's scan and worth_it, and its scan of Claude Code transcript lines
+#: (``scan_transcript_c(result_type, body)``: pipeline/formats/claude_code.py's scan), or
+#: ``None`` where the extension did not build.
 scan_c: Scan | None
 worth_it_c: Callable[[bytes], bool] | None
+scan_transcript_c: Callable[[type[Any], bytes], Any] | None
 try:
     from pipeline.ledger._ckernel import scan as scan_c
+    from pipeline.ledger._ckernel import scan_transcript as scan_transcript_c
     from pipeline.ledger._ckernel import worth_it as worth_it_c
 except ImportError:  # not built here (no compiler at install): simdjson stands in
-    scan_c = worth_it_c = None
+    scan_c = worth_it_c = scan_transcript_c = None
 
 
 def _scan_none(body: bytes) -> None:

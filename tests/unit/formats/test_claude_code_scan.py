@@ -1,9 +1,10 @@
-"""The Claude Code adapter's per-line scan (simdjson, payload left as bytes) against the
-plain orjson reading of the same lines: the same verdict on every line, the same
-entries, findings, rows and usage (docs/formats.md, "The per-line scan").
+"""The Claude Code adapter's per-line scans (the C kernel's ``scan_transcript`` and the
+simdjson one, payload left as bytes) against the plain orjson reading of the same lines:
+the same verdict on every line, the same entries, findings, rows and usage
+(docs/formats.md, "The per-line scan").
 
-Each case is read twice: with the scan on every line (``SCAN_MIN_BYTES = 0``) and with
-no scan at all (the reading before the scan existed). The lines are hostile on purpose:
+Each case is read with each scan on every line and with no scan at all (the reading
+before the scans existed), and compared. The lines are hostile on purpose:
 repeated keys at every level the scan reads, a byte order mark, numbers out of range,
 NaN, invalid UTF-8, lone surrogates, deep nesting, trailing commas, objects and arrays
 where strings are expected, and the lines the scan leaves to orjson (a subagent's copy,
@@ -22,6 +23,8 @@ from hypothesis import strategies as st
 
 import pipeline.formats.claude_code as cc
 from pipeline.audit.session import SessionAudit, audit_session
+from pipeline.formats.base import Scanned
+from pipeline.ledger import kernel
 from pipeline.ledger.layout import parse_session_path
 from pipeline.ledger.reader import Entry, LineStats, audit_view
 from tests.helpers.data_paths import REAL
@@ -30,23 +33,39 @@ KEY = "projects/-w/s1.jsonl"
 TS = "2026-02-11T20:31:53.375Z"
 
 
-def read_both(lines: list[bytes], monkeypatch: pytest.MonkeyPatch
+#: The scans under test: the C kernel's where it built, and the simdjson one.
+SCANS = ["c", "simdjson"] if kernel.scan_transcript_c is not None else ["simdjson"]
+#: No scan: every line read by orjson.
+NONE = ("simdjson", 1 << 62)
+
+
+def forced(m: pytest.MonkeyPatch, implementation: str, limit: int) -> None:
+    """Make the adapter read with ``implementation``'s scan (``scanner()``), the simdjson
+    one from ``limit`` bytes."""
+    m.setattr(kernel, "IMPLEMENTATION", implementation)
+    m.setattr(cc, "SCAN_MIN_BYTES", limit)
+
+
+def read_both(lines: list[bytes], monkeypatch: pytest.MonkeyPatch, implementation: str
               ) -> tuple[tuple[list[Any], SessionAudit], tuple[list[Any], SessionAudit]]:
-    """(entries and findings, audit) with the scan on every line, then with none."""
+    """(entries and findings, audit) with ``implementation``'s scan on every line, then
+    with none."""
     key = parse_session_path(KEY)
     assert key is not None
     out = []
-    for limit in (0, 1 << 62):
+    for arm in ((implementation, 0), NONE):
         with monkeypatch.context() as m:
-            m.setattr(cc, "SCAN_MIN_BYTES", limit)
+            forced(m, *arm)
+            assert (cc.scanner()[0] is cc.scan) == (arm[0] != "c")
             items = list(cc.ClaudeCode().read(iter(lines), LineStats(), {}))
             audit = audit_session(key, iter(lines))
         out.append((items, audit))
     return out[0], out[1]
 
 
-def assert_same(lines: list[bytes], monkeypatch: pytest.MonkeyPatch) -> None:
-    (items, audit), (plain_items, plain) = read_both(lines, monkeypatch)
+def assert_same(lines: list[bytes], monkeypatch: pytest.MonkeyPatch,
+                implementation: str) -> None:
+    (items, audit), (plain_items, plain) = read_both(lines, monkeypatch, implementation)
     # Entries compare by value (a lazy payload equals the data it parses to).
     assert items == plain_items
     for entry, plain_entry in zip(items, plain_items, strict=True):
@@ -148,30 +167,34 @@ ODD: list[dict[str, Any]] = [
 ]
 
 
+@pytest.mark.parametrize("implementation", SCANS)
 @pytest.mark.parametrize("bad", HOSTILE, ids=range(len(HOSTILE)))
 def test_a_hostile_line_gets_the_same_verdict_with_and_without_the_scan(
-        bad: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same([*BASE, bad + b"\n", dump(line("after", "a1"))], monkeypatch)
-    assert_same([*BASE, bad], monkeypatch)  # as the last line (torn tail)
+        bad: bytes, implementation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert_same([*BASE, bad + b"\n", dump(line("after", "a1"))], monkeypatch, implementation)
+    # as the last line (torn tail)
+    assert_same([*BASE, bad], monkeypatch, implementation)
 
 
+@pytest.mark.parametrize("implementation", SCANS)
 @pytest.mark.parametrize("odd", ODD, ids=range(len(ODD)))
 def test_an_odd_valid_line_reads_the_same_with_and_without_the_scan(
-        odd: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same([*BASE, dump(odd), dump(line("after", "a1"))], monkeypatch)
+        odd: dict[str, Any], implementation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert_same([*BASE, dump(odd), dump(line("after", "a1"))], monkeypatch, implementation)
 
 
 def test_the_real_transcripts_read_the_same_with_and_without_the_scan(
         monkeypatch: pytest.MonkeyPatch) -> None:
     files = sorted((REAL / "claude-code").rglob("*.jsonl"))
     assert len(files) == 12
+    arms = [*((name, 0) for name in SCANS), ("simdjson", cc.SCAN_MIN_BYTES), NONE]
     for path in files:
         key = parse_session_path(path.relative_to(REAL / "claude-code").as_posix())
         assert key is not None
         audits = []
-        for limit in (0, cc.SCAN_MIN_BYTES, 1 << 62):
+        for arm in arms:
             with monkeypatch.context() as m, path.open("rb") as f:
-                m.setattr(cc, "SCAN_MIN_BYTES", limit)
+                forced(m, *arm)
                 audits.append(audit_session(key, f, size=path.stat().st_size))
         first = audits[0]
         for other in audits[1:]:
@@ -179,9 +202,27 @@ def test_the_real_transcripts_read_the_same_with_and_without_the_scan(
                 first.row, first.findings, first.usage, first.links), path.name
 
 
+@pytest.mark.skipif("c" not in SCANS, reason="the C kernel did not build here")
+def test_the_c_scan_gives_what_the_simdjson_scan_gives_on_every_real_line() -> None:
+    read = deferred = 0
+    for path in sorted((REAL / "claude-code").rglob("*.jsonl")):
+        for raw in path.read_bytes().splitlines():
+            assert kernel.scan_transcript_c is not None
+            found = kernel.scan_transcript_c(Scanned, raw)
+            if found is None:
+                deferred += 1
+                continue
+            read += 1
+            assert type(found) is Scanned
+            assert found == cc.scan(raw)
+    # Left to orjson: the subagents' copied lines and the tool results naming one.
+    assert deferred < read / 20
+
+
+@pytest.mark.parametrize("implementation", SCANS)
 def test_a_scanned_entry_parses_its_payload_on_demand_and_pickles(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cc, "SCAN_MIN_BYTES", 0)
+        implementation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    forced(monkeypatch, implementation, 0)
     lines = [dump(line("u1", None)), dump(assistant("a1", "u1"))]
     entries = [e for e in cc.ClaudeCode().read(iter(lines), LineStats(), {})
                if isinstance(e, Entry)][1:]
@@ -218,5 +259,6 @@ def test_any_fuzzed_line_reads_the_same_with_and_without_the_scan(
     except (ValueError, UnicodeEncodeError):
         return
     damaged = raw[:cut] + junk + raw[cut:] if junk else raw
-    with pytest.MonkeyPatch.context() as m:
-        assert_same([*BASE, raw + b"\n", damaged + b"\n"], m)
+    for implementation in SCANS:
+        with pytest.MonkeyPatch.context() as m:
+            assert_same([*BASE, raw + b"\n", damaged + b"\n"], m, implementation)
