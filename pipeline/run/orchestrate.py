@@ -85,9 +85,14 @@ EXAMPLES = 20
 #: distributed starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536`` so that glibc
 #: hands freed memory back sooner; here that makes a worker parse JSON 20-30% slower
 #: than the same code in a plain process (every parsed line allocates and frees its
-#: payload), so the workers keep glibc's own, adaptive threshold. docs/scaling.md has
-#: the measurements.
-WORKER_CONFIG: dict[str, Any] = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+#: payload), so the workers keep glibc's own, adaptive threshold. Each worker's
+#: statistical profiler (a walk of the running task's stack every 10 ms, for a
+#: dashboard vakpipe does not serve) costs a replaying worker ~3% of its CPU: off.
+#: docs/scaling.md has the measurements.
+WORKER_CONFIG: dict[str, Any] = {
+    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+    "distributed.worker.profile.enabled": False,
+}
 
 
 def plan_batches(sessions: list[SessionObject], workers: int) -> list[list[SessionObject]]:

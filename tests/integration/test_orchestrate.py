@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import dask
 import fsspec
 import pytest
 from distributed import Client
@@ -358,3 +359,10 @@ def test_local_workers_keep_glibc_own_trim_threshold(monkeypatch: pytest.MonkeyP
     with orchestrate.dask_client(workers=1) as client:
         seen = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
     assert list(seen.values()) == [None]
+
+
+def test_local_workers_run_without_the_statistical_profiler() -> None:
+    # A stack walk every 10 ms for a dashboard vakpipe does not serve (WORKER_CONFIG).
+    with orchestrate.dask_client(workers=1) as client:
+        seen = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
+    assert list(seen.values()) == [False]
