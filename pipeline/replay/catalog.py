@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -60,22 +60,35 @@ def name_matches(pattern: str, name: str) -> bool:
     return fnmatch.fnmatchcase(name.lower(), pattern.lower())
 
 
+#: Model names whose capacity one catalog keeps (:meth:`ModelCatalog.lookup`).
+MAX_LOOKUPS_KEPT = 4096
+
+
 @dataclass(frozen=True)
 class ModelCatalog:
     """Ordered model rules: the first whose pattern matches a model name wins."""
 
     rules: tuple[ModelRule, ...]
     version: str = ""
+    #: Capacities already looked up, by model name: the replay asks once per request, a
+    #: fleet names a handful of models, and the rules are glob patterns tried in turn.
+    _found: dict[str, Capacity | None] = field(default_factory=dict, init=False,
+                                               repr=False, compare=False, hash=False)
 
     def lookup(self, model: object) -> Capacity | None:
         """Capacity of ``model``, or ``None`` when no rule matches (an unknown model);
         a model that is not a string (no name vak writes) is unknown too."""
         if not model or not isinstance(model, str):
             return None
-        for rule in self.rules:
-            if name_matches(rule.pattern, model):
-                return Capacity(model, rule.input_limit, rule.output_reserve, rule.tokenizer)
-        return None
+        try:
+            return self._found[model]
+        except KeyError:
+            pass
+        found = next((Capacity(model, rule.input_limit, rule.output_reserve, rule.tokenizer)
+                      for rule in self.rules if name_matches(rule.pattern, model)), None)
+        if len(self._found) < MAX_LOOKUPS_KEPT:  # model names are data: bound the cache
+            self._found[model] = found
+        return found
 
     def with_window(self, window: int) -> ModelCatalog:
         """A what-if catalog: every model gets ``window`` input tokens (``--window``)."""
