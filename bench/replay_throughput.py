@@ -12,6 +12,11 @@ Prints, measured in the same run:
   (target >= 2.0), wall and CPU (the worker's and this process's: the steadier figure
   on a shared machine); each run starts from an empty count cache (a worker that loaded
   the code but never saw these texts), the first run on each fresh worker apart;
+* with ``--baseline REV``: the same full replay by the project as it was at git revision
+  REV (extracted with ``git archive``, run in a process and a cluster of its own: each
+  tree's own code end to end), in interleaved pairs against this tree, and the median
+  ratio of the ledger MB/s (issue 21's target: >= 2.0 against ``209306a``, the replay
+  before it); ``--quick`` runs it once against HEAD so it never rots;
 * linearity: the replay time of sessions of 250, 500, 1000 and 2000 iterations (four of
   each, summed), the ratio of each doubling of their length in tokens (target <= 2.2)
   and in bytes, the same for the replay engine alone and for the tokenizer floor, the
@@ -28,7 +33,7 @@ Prints, measured in the same run:
 Run: ``.venv/bin/python bench/replay_throughput.py [--sessions 300] [--long-turns 40000]``,
 ``.venv/bin/python bench/replay_throughput.py --big [--big-mb 1000]``,
 ``--only-long`` for the long-session part alone, ``--fleet-only`` for the full replay
-runs alone, ``--quick`` (for ``make test``: a few
+runs alone (``--fleet-only --sessions 200 --baseline 209306a``: issue 21's replay target), ``--quick`` (for ``make test``: a few
 small sessions, one run of each; prints the same lines, asserts nothing).
 """
 
@@ -158,6 +163,100 @@ class Run:
 def worker_cpu(client: Any) -> float:
     """CPU seconds used so far by the worker processes of ``client``'s cluster."""
     return float(sum(client.run(cpu_seconds).values()))
+
+
+#: Times the full replay of one tree of vakpipe (on its ``PYTHONPATH``) on a warm
+#: single-worker cluster of its own: best wall and worker CPU of ``REPEAT`` runs after
+#: a first, each from an empty count cache, as JSON. Written with what every tree since
+#: the replay has (``run_audit``, ``ReplayOptions``, ``get_tokenizer``), so it times
+#: the tree before issue 21 as well as this one.
+BASELINE_RUNNER = """
+import json, shutil, sys, tempfile, time
+import dask
+from distributed import Client, LocalCluster
+import pipeline.run.orchestrate as orchestrate
+from pipeline.io.storage import resolve
+from pipeline.replay.tokens import get_tokenizer
+from pipeline.run.replay_batches import ReplayOptions
+
+def forget():
+    get_tokenizer.cache_clear()
+
+def main():
+    root, repeat = sys.argv[1], int(sys.argv[2])
+    scratch = tempfile.mkdtemp(prefix="vakpipe-bench-dask-")
+    walls, cpus = [], []
+    try:
+        with dask.config.set(getattr(orchestrate, "WORKER_CONFIG", {})), \\
+                LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                             dashboard_address="127.0.0.1:0", local_directory=scratch) as lc, \\
+                Client(lc, set_as_default=False) as client:
+            for i in range(repeat + 1):
+                client.run(forget)
+                out = tempfile.mkdtemp(prefix="vakpipe-bench-replay-")
+                cpu0 = sum(client.run(time.process_time).values())
+                t0 = time.perf_counter()
+                orchestrate.run_audit(resolve(root), resolve(out), scheduler=lc.scheduler_address,
+                                      progress=False, replay=ReplayOptions())
+                wall = time.perf_counter() - t0
+                cpu = sum(client.run(time.process_time).values()) - cpu0
+                shutil.rmtree(out, ignore_errors=True)
+                if i:
+                    walls.append(wall)
+                    cpus.append(cpu)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(json.dumps({"wall": min(walls), "cpu": min(cpus)}))
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def baseline_tree(rev: str, into: Path) -> Path | str:
+    """The project as it was at git revision ``rev``, extracted under ``into`` with
+    ``git archive`` (nothing of this checkout is touched), or why it could not be."""
+    archive = subprocess.run(["git", "archive", "--format=tar", rev], capture_output=True,
+                             cwd=Path(__file__).resolve().parents[1], check=False)
+    if archive.returncode != 0:
+        return " ".join(archive.stderr.decode(errors="replace").split())[:200] or "git failed"
+    tree = into / "tree"
+    tree.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
+
+
+def tree_replay(tree: Path, root: Path, repeat: int, runner: Path) -> Run:
+    """:data:`BASELINE_RUNNER`'s figures for ``tree``, in a process of its own."""
+    done = subprocess.run([sys.executable, str(runner), str(root), str(repeat)],
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(tree)})
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return Run(found["wall"], found["cpu"])
+
+
+def against_baseline(rev: str, root: Path, size: int, pairs: int, repeat: int) -> None:
+    """Print this tree's full replay against the tree at ``rev`` (issue 21's target:
+    twice the ledger MB/s of the replay before it, ``209306a``), in ``pairs`` interleaved
+    pairs of runs, each side in a process and cluster of its own."""
+    with tempfile.TemporaryDirectory(prefix="vakpipe-bench-baseline-") as scratch:
+        tree = baseline_tree(rev, Path(scratch))
+        if isinstance(tree, str):
+            print(f"full replay against {rev}: skipped ({tree})")
+            return
+        runner = Path(scratch) / "runner.py"
+        runner.write_text(BASELINE_RUNNER)
+        here = Path(__file__).resolve().parents[1]
+        ratios: list[float] = []
+        for _ in range(pairs):
+            old, new = (tree_replay(t, root, repeat, runner) for t in (tree, here))
+            ratios.append(old.wall / new.wall)
+            print(f"full replay, 1 worker, {rev} against this tree: {size / MB / old.wall:6.1f}"
+                  f" against {size / MB / new.wall:6.1f} MB/s (CPU {old.cpu:.2f} against "
+                  f"{new.cpu:.2f} s) = {old.wall / new.wall:.2f} x")
+        ratios.sort()
+        print(f"full replay against {rev}: median {ratios[len(ratios) // 2]:.2f} x the ledger "
+              f"MB/s over {pairs} pairs (target >= 2.0)")
 
 
 def replay_runs(root: Path, repeat: int, between: Callable[[], object],
@@ -443,6 +542,11 @@ def main() -> None:
                     help="only the full replay runs on the fleet (no linearity parts)")
     ap.add_argument("--quick", action="store_true",
                     help="tiny inputs, one run of each (for make test): the same lines")
+    ap.add_argument("--baseline", metavar="REV", default=None,
+                    help="also time the full replay of the project at git revision REV "
+                         "(209306a: before issue 21) against this tree, in interleaved "
+                         "pairs (--quick: HEAD, once)")
+    ap.add_argument("--pairs", type=int, default=3, help="pairs of runs against --baseline")
     ap.add_argument("--measure-big", metavar="PATH", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure_big:
@@ -502,6 +606,9 @@ def main() -> None:
     (b_wall, b_cpu), (a_wall, a_cpu) = best.values()
     print(f"full replay, {mine} against tiktoken: {b_wall / a_wall:.2f} x the ledger MB/s "
           f"(wall; target >= 2.0), {b_cpu / a_cpu:.2f} x by CPU (worker and client)")
+    baseline = "HEAD" if args.quick and args.baseline is None else args.baseline
+    if baseline is not None:
+        against_baseline(baseline, root, size, 1 if args.quick else args.pairs, repeat)
     if args.fleet_only:
         return
     # Linearity. A session's length is its tokens: what the replay counts, and what

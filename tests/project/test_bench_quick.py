@@ -32,6 +32,7 @@ EXPECTED: dict[str, list[str]] = {
         r"full replay, 1 worker, tiktoken \(before\) \(audit --replay, all tables\):.* x "
         r"tiktoken floor",
         r"full replay, BpeTokenizer against tiktoken: [\d.]+ x the ledger MB/s .* x by CPU",
+        r"^full replay against HEAD: (median [\d.]+ x the ledger MB/s|skipped)",
         r"per doubling of tokens: replay [\d.]+ x",
         r"long linearity: .* per doubling of turns [\d.]+ x",
     ],
