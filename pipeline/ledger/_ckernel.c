@@ -548,6 +548,31 @@ block_member(Cur *c, const Val *key, void *ctx)
     return 0;
 }
 
+static inline void
+msg_init(Msg *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->blocks = m->small;
+    m->cap = (Py_ssize_t)(sizeof(m->small) / sizeof(m->small[0]));
+}
+
+static inline void
+msg_free(Msg *m)
+{
+    if (m->blocks != m->small) {
+        PyMem_Free(m->blocks);
+    }
+}
+
+/* Whether a stored line is an object alone: orjson also takes whitespace around it
+ * (never written by vak or Claude Code), and refuses a byte order mark; both go to
+ * orjson. */
+static inline int
+object_alone(const u8 *buf, Py_ssize_t size)
+{
+    return size >= 2 && buf[0] == '{' && buf[size - 1] == '}';
+}
+
 static int
 push_block(Msg *m, const Block *b)
 {
@@ -811,15 +836,11 @@ fail:
 static PyObject *
 scan_impl(const u8 *buf, Py_ssize_t size)
 {
-    /* The object alone: orjson also takes whitespace around it (never written by vak),
-     * and refuses a byte order mark; both go to orjson. */
-    if (size < 2 || buf[0] != '{' || buf[size - 1] != '}') {
+    if (!object_alone(buf, size)) {
         Py_RETURN_NONE;
     }
     Msg msg;
-    memset(&msg, 0, sizeof(msg));
-    msg.blocks = msg.small;
-    msg.cap = (Py_ssize_t)(sizeof(msg.small) / sizeof(msg.small[0]));
+    msg_init(&msg);
     Line l;
     memset(&l, 0, sizeof(l));
     l.msg = &msg;
@@ -872,9 +893,7 @@ scan_impl(const u8 *buf, Py_ssize_t size)
     Py_XDECREF(at_turn);
     Py_DECREF(view);
 done:
-    if (msg.blocks != msg.small) {
-        PyMem_Free(msg.blocks);
-    }
+    msg_free(&msg);
     return result;
 }
 
@@ -1126,13 +1145,11 @@ fail:
 static PyObject *
 scan_transcript_impl(PyObject *result_type, const u8 *buf, Py_ssize_t size)
 {
-    if (size < 2 || buf[0] != '{' || buf[size - 1] != '}') {
+    if (!object_alone(buf, size)) {
         Py_RETURN_NONE;
     }
     Msg msg;
-    memset(&msg, 0, sizeof(msg));
-    msg.blocks = msg.small;
-    msg.cap = (Py_ssize_t)(sizeof(msg.small) / sizeof(msg.small[0]));
+    msg_init(&msg);
     CcLine l;
     memset(&l, 0, sizeof(l));
     l.m.msg = &msg;
@@ -1210,9 +1227,7 @@ done_or_defer:
 defer:
     out = Py_NewRef(Py_None);
 done:
-    if (msg.blocks != msg.small) {
-        PyMem_Free(msg.blocks);
-    }
+    msg_free(&msg);
     return out;
 }
 
