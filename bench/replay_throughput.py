@@ -33,8 +33,9 @@ Prints, measured in the same run:
 Run: ``.venv/bin/python bench/replay_throughput.py [--sessions 300] [--long-turns 40000]``,
 ``.venv/bin/python bench/replay_throughput.py --big [--big-mb 1000]``,
 ``--only-long`` for the long-session part alone, ``--fleet-only`` for the full replay
-runs alone (``--fleet-only --sessions 200 --baseline 209306a``: issue 21's replay target), ``--quick`` (for ``make test``: a few
-small sessions, one run of each; prints the same lines, asserts nothing).
+runs alone (``--fleet-only --sessions 200 --baseline 209306a``: issue 21's replay
+target), ``--quick`` (for ``make test``: a few small sessions, one run of each; prints
+the same lines, asserts nothing).
 """
 
 from __future__ import annotations
