@@ -931,6 +931,7 @@ typedef struct {
     Val scalars[CC_NSCALARS];
     int order[CC_NSCALARS]; /* the scalars present, in the line's order */
     int nscalars;
+    unsigned seen; /* bit i: scalar i was read (a repeat defers the line) */
     Val message, data, data_type;
     CcMessage m;
     int data_dup, message_dup, agent;
@@ -1003,7 +1004,10 @@ cc_line_member(Cur *c, const Val *key, void *ctx)
     }
     for (int i = 0; i < CC_NSCALARS; i++) {
         if (key->n == cc_scalar_lens[i] && memcmp(key->s, cc_scalar_names[i], key->n) == 0) {
-            l->order[l->nscalars++] = i; /* a key read once: repeats defer the line */
+            if (!(l->seen & (1u << i))) { /* a repeat defers the line (dup) */
+                l->seen |= 1u << i;
+                l->order[l->nscalars++] = i;
+            }
             return parse_value(c, &l->scalars[i]);
         }
     }
@@ -1209,11 +1213,15 @@ scan_transcript_impl(PyObject *result_type, const u8 *buf, Py_ssize_t size)
     }
     if (l.data.type == T_OBJ) {
         PyObject *cut = PyDict_New();
-        if (cc_set(out, s_data, cut) || PyDict_SetItem(cut, s_type, data_type)) {
-            Py_DECREF(data_type);
+        int rc = cut ? PyDict_SetItem(cut, s_type, data_type) : -1;
+        Py_DECREF(data_type);
+        if (rc) {
+            Py_XDECREF(cut);
             goto done_or_defer;
         }
-        Py_DECREF(data_type);
+        if (cc_set(out, s_data, cut)) {
+            goto done_or_defer;
+        }
     }
     else if (l.data.type != T_ABSENT && cc_set(out, s_data, cc_plain(&l.data, &defer))) {
         goto done_or_defer;

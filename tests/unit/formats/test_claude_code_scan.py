@@ -132,6 +132,9 @@ HOSTILE: list[bytes] = [
     b'{"uuid":"x14","parentUuid":"a1","type":"assistant","requestId":"r2","timestamp":"'
     + TS.encode() + b'","message":{"id":"m2","model":"claude-opus-4-6","usage":{'
     b'"input_tokens":18446744073709551615,"output_tokens":-1}}}',
+    # every key the scan keeps, repeated past the number of keys it keeps
+    b'{' + b'"uuid":"x16","parentUuid":"a1",' * 20 + b'"type":"user","timestamp":"'
+    + TS.encode() + b'"}',
     b'[1,2]',
     b'"a string"',
     b'{"uuid":"x15","parentUuid":"a1","type":"user"} trailing',
