@@ -734,6 +734,42 @@ str_of(const Val *v)
     return PyUnicode_DecodeUTF8((const char *)v->s, v->n, NULL);
 }
 
+/* orjson.loads of a value's bytes (a span the grammar validated): a new reference, or
+ * NULL, with an error set (no memory) or with *defer set (orjson refused the span:
+ * cannot happen on a validated span; if it does, orjson decides on the whole line). */
+static PyObject *
+loads_span(const Val *v, int *defer)
+{
+    PyObject *span = PyBytes_FromStringAndSize((const char *)v->start, v->stop - v->start);
+    if (!span) {
+        return NULL;
+    }
+    PyObject *value = PyObject_CallOneArg(orjson_loads, span);
+    Py_DECREF(span);
+    if (!value) {
+        PyErr_Clear();
+        *defer = 1;
+    }
+    return value;
+}
+
+/* A content block (an object) cut to its type: {"type": ...}, or {} when its type is
+ * absent or not a string; a new reference, NULL on an error. */
+static PyObject *
+block_dict(const Block *b)
+{
+    PyObject *item = PyDict_New();
+    if (item && b->kind == B_TYPE) {
+        Val t = {T_STR, 0, b->s, b->n, NULL, NULL};
+        PyObject *s = str_of(&t);
+        if (!s || PyDict_SetItem(item, s_type, s)) {
+            Py_CLEAR(item);
+        }
+        Py_XDECREF(s);
+    }
+    return item;
+}
+
 /* The view of a message line (kernel.py's _message_view): a new reference, Py_None
  * (new reference) when the line is not the common shape, NULL with *defer set (and no
  * error) when the line must go to orjson, NULL with an error on a failure. */
@@ -752,17 +788,8 @@ message_view(Line *l, int *defer)
     int user = m->role.n == 4 && memcmp(m->role.s, "user", 4) == 0;
     PyObject *meta = NULL;
     if (l->meta.type == T_OBJ) {
-        PyObject *span = PyBytes_FromStringAndSize((const char *)l->meta.start,
-                                                   l->meta.stop - l->meta.start);
-        if (!span) {
-            return NULL;
-        }
-        meta = PyObject_CallOneArg(orjson_loads, span);
-        Py_DECREF(span);
+        meta = loads_span(&l->meta, defer);
         if (!meta) {
-            /* cannot happen on a span validated above; if it does, orjson decides */
-            PyErr_Clear();
-            *defer = 1;
             return NULL;
         }
     }
@@ -785,26 +812,10 @@ message_view(Line *l, int *defer)
                 Py_XDECREF(meta);
                 Py_RETURN_NONE;
             }
-            if (b->kind == B_NOTOBJ) {
-                item = Py_NewRef(Py_None);
-            }
-            else {
-                item = PyDict_New();
-                if (item && b->kind == B_TYPE) {
-                    Val t = {T_STR, 0, b->s, b->n, NULL, NULL};
-                    PyObject *s = str_of(&t);
-                    if (!s || PyDict_SetItem(item, s_type, s)) {
-                        Py_XDECREF(s);
-                        Py_CLEAR(item);
-                    }
-                    else {
-                        Py_DECREF(s);
-                    }
-                }
-                if (!item) {
-                    Py_DECREF(blocks);
-                    goto fail;
-                }
+            item = b->kind == B_NOTOBJ ? Py_NewRef(Py_None) : block_dict(b);
+            if (!item) {
+                Py_DECREF(blocks);
+                goto fail;
             }
             PyList_SET_ITEM(blocks, i, item);
         }
@@ -1072,13 +1083,7 @@ cc_blocks(const Msg *m, int *defer)
             Py_DECREF(blocks);
             return NULL;
         }
-        PyObject *item = PyDict_New();
-        if (item && b->kind == B_TYPE) {
-            Val t = {T_STR, 0, b->s, b->n, NULL, NULL};
-            if (cc_set(item, s_type, str_of(&t))) {
-                Py_CLEAR(item);
-            }
-        }
+        PyObject *item = block_dict(b);
         if (!item) {
             Py_DECREF(blocks);
             return NULL;
@@ -1101,15 +1106,7 @@ cc_message(const CcLine *l, int user, int *defer)
         goto fail;
     }
     if (cm->usage.type == T_OBJ) {
-        PyObject *span = PyBytes_FromStringAndSize((const char *)cm->usage.start,
-                                                   cm->usage.stop - cm->usage.start);
-        PyObject *usage = span ? PyObject_CallOneArg(orjson_loads, span) : NULL;
-        Py_XDECREF(span);
-        if (!usage && span) {
-            PyErr_Clear(); /* cannot happen on a span validated above: orjson decides */
-            *defer = 1;
-        }
-        if (cc_set(cut, s_usage, usage)) {
+        if (cc_set(cut, s_usage, loads_span(&cm->usage, defer))) {
             goto fail;
         }
     }
