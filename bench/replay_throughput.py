@@ -43,13 +43,16 @@ from __future__ import annotations
 import argparse
 import cProfile
 import hashlib
+import io
 import json
 import math
 import os
 import pstats
 import shutil
+import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -222,8 +225,8 @@ def baseline_tree(rev: str, into: Path) -> Path | str:
     if archive.returncode != 0:
         return " ".join(archive.stderr.decode(errors="replace").split())[:200] or "git failed"
     tree = into / "tree"
-    tree.mkdir()
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(tree, filter="data")
     return tree
 
 
@@ -255,8 +258,7 @@ def against_baseline(rev: str, root: Path, size: int, pairs: int, repeat: int) -
             print(f"full replay, 1 worker, {rev} against this tree: {size / MB / old.wall:6.1f}"
                   f" against {size / MB / new.wall:6.1f} MB/s (CPU {old.cpu:.2f} against "
                   f"{new.cpu:.2f} s) = {old.wall / new.wall:.2f} x")
-        ratios.sort()
-        print(f"full replay against {rev}: median {ratios[len(ratios) // 2]:.2f} x the ledger "
+        print(f"full replay against {rev}: median {statistics.median(ratios):.2f} x the ledger "
               f"MB/s over {pairs} pairs (target >= 2.0)")
 
 
