@@ -5,7 +5,13 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # uv resolves and installs this set in ~8 s from an empty cache; pip takes over 2 min
 # (it backtracks through boto3/aiobotocore releases) and pip < 24 fails outright.
-UV     := $(BIN)/uv pip install -q --python $(BIN)/python
+# --compile-bytecode: uv, unlike pip, leaves the .pyc files to the first import, which
+# never writes them where PYTHONDONTWRITEBYTECODE is set (as on these machines), so every
+# process (each command, each Dask worker) compiled what it imported: `vakpipe cost` on
+# 10^5 usage rows took 0.9 s, 0.5 s with them. The project's own modules (installed
+# editable) get theirs from compileall.
+UV     := $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python
+COMPILE := $(BIN)/python -m compileall -q pipeline jobs
 # checkov pins boto3 1.35 (this project needs 1.43): it gets a virtualenv of its own,
 # found there by tests/deploy. Pinned so a new release cannot change the verdict.
 CHECKOV_VERSION := 3.3.30
@@ -27,10 +33,12 @@ KERNEL := pipeline/ledger/_ckernel.c
 
 $(VENV)/.installed-demo: pyproject.toml setup.py $(KERNEL) $(LOCK) | $(VENV)/bin/uv
 	$(UV) -e ".[demo]" -c $(LOCK)
+	$(COMPILE)
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml setup.py $(KERNEL) $(LOCK) | $(VENV)/bin/uv
 	$(UV) -e ".[test,deploy-check]" -c $(LOCK)
+	$(COMPILE)
 	touch $@ $(VENV)/.installed-demo
 
 $(CHECKOV): Makefile | $(VENV)/bin/uv
