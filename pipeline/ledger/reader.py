@@ -481,6 +481,11 @@ def _role_in_doubt(body: bytes, entry: Entry) -> bool:
     ``"role":`` is a few hundred bytes in: one short search per message line, where
     counting the key over the whole line cost ~6% of the read.
     """
+    payload: Any = tuple.__getitem__(entry, 8)
+    if type(payload) is _Payload and payload.view is not None:
+        # A kernel's view is only made of a message object without a repeated key
+        # (both kernels defer, or give no view, otherwise): no second role.
+        return False
     at = body.find(_ROLE_KEY)
     if at < 0:
         return False

@@ -15,6 +15,7 @@ decides those lines: ``test_where_simdjson_and_orjson_differ_orjson_decides`` sa
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -32,7 +33,8 @@ from pipeline.audit.session import audit_session
 from pipeline.ledger import kernel, reader
 from pipeline.ledger.entry import starts_turn
 from pipeline.ledger.reader import Entry, LazyEntry, audit_view, parse_entry, read_ledger
-from tests.helpers.ledgers import dumps, sample_session, session_key
+from pipeline.ledger.types import Code
+from tests.helpers.ledgers import LedgerBuilder, dumps, sample_session, session_key
 
 ENVELOPE = {"id": "01a1b38f-04cf-78f0-8a1f-9bc406bc3226",
             "parent_id": "01a1b38e-9caa-79f6-b93e-fc0a81576b6c",
@@ -248,6 +250,33 @@ def test_an_audit_with_the_kernel_is_the_audit_without_it(
     assert with_kernel.row == without.row
     assert with_kernel.findings == without.findings
     assert with_kernel.usage == without.usage
+
+
+@pytest.mark.parametrize("roles", [("assistant", "user"), ("user", "assistant"),
+                                   ("assistant", "user", "assistant")])
+def test_a_repeated_role_gets_no_view_and_is_reported_or_not_as_without_the_kernel(
+        roles: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The reader skips its duplicate-role search on a line the kernel gave a view of:
+    # a view is only made of a message object without a repeated key.
+    b = LedgerBuilder()
+    b.header()
+    b.user("hi")
+    b.assistant("hello")
+    line = b.lines[-1]
+    keys = ",".join(f'"role":{json.dumps(r)}' for r in roles)
+    line.data = line.data.replace(b'"role":"assistant"', keys.encode(), 1)
+    b.tail_hash = hashlib.sha256(line.data).hexdigest()
+    b.user("next")
+    data = b.to_bytes()
+    found = reader._scan(line.data)
+    assert found is None or found[6] is None
+    with_kernel = list(read_ledger(io.BytesIO(data)))
+    monkeypatch.setattr(reader, "_worth_it", lambda body: False)
+    without = list(read_ledger(io.BytesIO(data)))
+    assert with_kernel == without
+    dups = [f for f in with_kernel if not isinstance(f, Entry)]
+    # (first and last alike: not seen, with or without the kernel: docs/audit.md)
+    assert [f.code for f in dups] == ([Code.DUPLICATE_KEY] if roles[0] != roles[-1] else [])
 
 
 def test_lazy_entries_are_entries_for_every_later_stage() -> None:
