@@ -7,8 +7,9 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # (it backtracks through boto3/aiobotocore releases) and pip < 24 fails outright.
 # --compile-bytecode: uv, unlike pip, leaves the .pyc files to the first import, which
 # never writes them where PYTHONDONTWRITEBYTECODE is set (as on these machines), so every
-# process (each command, each Dask worker) compiled what it imported: `vakpipe cost` on
-# 10^5 usage rows took 0.9 s, 0.5 s with them. The project's own modules (installed
+# process (each command, each Dask worker) compiled what it imported: `vakpipe audit` +
+# `vakpipe cost` of 2 GB of transcripts took 7.9 s, 6.4 s with them
+# (docs/ccusage-comparison.md, round 5). The project's own modules (installed
 # editable) get theirs from compileall.
 UV     := $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python
 COMPILE := $(BIN)/python -m compileall -q pipeline jobs

@@ -15,7 +15,6 @@ decides those lines: ``test_where_simdjson_and_orjson_differ_orjson_decides`` sa
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -34,7 +33,7 @@ from pipeline.ledger import kernel, reader
 from pipeline.ledger.entry import starts_turn
 from pipeline.ledger.reader import Entry, LazyEntry, audit_view, parse_entry, read_ledger
 from pipeline.ledger.types import Code
-from tests.helpers.ledgers import LedgerBuilder, dumps, sample_session, session_key
+from tests.helpers.ledgers import LedgerBuilder, dumps, sample_session, session_key, sha
 
 ENVELOPE = {"id": "01a1b38f-04cf-78f0-8a1f-9bc406bc3226",
             "parent_id": "01a1b38e-9caa-79f6-b93e-fc0a81576b6c",
@@ -265,7 +264,7 @@ def test_a_repeated_role_gets_no_view_and_is_reported_or_not_as_without_the_kern
     line = b.lines[-1]
     keys = ",".join(f'"role":{json.dumps(r)}' for r in roles)
     line.data = line.data.replace(b'"role":"assistant"', keys.encode(), 1)
-    b.tail_hash = hashlib.sha256(line.data).hexdigest()
+    b.tail_hash = sha(line.data)
     b.user("next")
     data = b.to_bytes()
     found = reader._scan(line.data)
