@@ -1264,17 +1264,11 @@ ckernel_scan(PyObject *Py_UNUSED(module), PyObject *body)
  * bytes), whose whole payload the audit reads anyway; every other line, any size (the
  * C kernel is faster than orjson at every size measured: docs/audit.md). A guess only:
  * either reader gives the same result. */
-static PyObject *
-ckernel_worth_it(PyObject *Py_UNUSED(module), PyObject *body)
+static int
+worth_it_impl(const char *buf, Py_ssize_t size)
 {
-    if (!PyBytes_Check(body)) {
-        PyErr_SetString(PyExc_TypeError, "worth_it() wants bytes");
-        return NULL;
-    }
     static const char needle[] = "\"kind\":\"";
     const Py_ssize_t nlen = sizeof(needle) - 1;
-    const char *buf = PyBytes_AS_STRING(body);
-    Py_ssize_t size = PyBytes_GET_SIZE(body);
     Py_ssize_t within = size < 512 ? size : 512;
     const char *at = NULL;
     for (const char *p = buf; p + nlen <= buf + within;) {
@@ -1292,10 +1286,158 @@ ckernel_worth_it(PyObject *Py_UNUSED(module), PyObject *body)
         Py_ssize_t left = (buf + size) - at;
         if ((left >= 8 && memcmp(at, "receipt\"", 8) == 0)
             || (left >= 7 && memcmp(at, "header\"", 7) == 0)) {
-            Py_RETURN_FALSE;
+            return 0;
         }
     }
-    Py_RETURN_TRUE;
+    return 1;
+}
+
+static PyObject *
+ckernel_worth_it(PyObject *Py_UNUSED(module), PyObject *body)
+{
+    if (!PyBytes_Check(body)) {
+        PyErr_SetString(PyExc_TypeError, "worth_it() wants bytes");
+        return NULL;
+    }
+    return PyBool_FromLong(worth_it_impl(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body)));
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* A whole entry in one call: reader.py's parse_entry for a line the C kernel reads.
+ *
+ *     entry(body: bytes, line: int) -> LazyEntry | None
+ *
+ * worth_it, scan, the timestamp's check (reader.valid_ts: its shape and a real
+ * calendar date), SHA-256 (hashlib's, so the same OpenSSL digest), the payload and the
+ * entry tuple, without a Python frame between them. None where parse_entry would read
+ * the line with orjson (not worth it, not vouched for, a timestamp it refuses): the
+ * caller then does, and the verdict, envelope and payload are the same either way. The
+ * types and hashlib's sha256 are given once by configure(). */
+
+static PyTypeObject *entry_type = NULL;
+static PyObject *payload_type = NULL, *sha256_func = NULL, *s_hexdigest = NULL;
+
+static inline int
+digits(const Py_UCS1 *s, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') {
+            return 0;
+        }
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+/* reader.valid_ts on an ASCII text: `YYYY-MM-DDTHH:MM:SS[.fff|.ffffff|.fffffffff]Z`,
+ * hours 00-23, minutes and seconds 00-59 (no leap second), and a date
+ * datetime.date.fromisoformat takes (year 1-9999, a day of that month). */
+static int
+valid_ts_ascii(const Py_UCS1 *s, Py_ssize_t n)
+{
+    int year, month, day, hour, minute, second, fraction;
+    if (n != 20 && n != 24 && n != 27 && n != 30) {
+        return 0;
+    }
+    if (!digits(s, 4, &year) || s[4] != '-' || !digits(s + 5, 2, &month) || s[7] != '-'
+        || !digits(s + 8, 2, &day) || s[10] != 'T' || !digits(s + 11, 2, &hour)
+        || s[13] != ':' || !digits(s + 14, 2, &minute) || s[16] != ':'
+        || !digits(s + 17, 2, &second) || s[n - 1] != 'Z') {
+        return 0;
+    }
+    if (n > 20 && (s[19] != '.' || !digits(s + 20, (int)n - 21, &fraction))) {
+        return 0;
+    }
+    if (hour > 23 || minute > 59 || second > 59 || year < 1 || month < 1 || month > 12
+        || day < 1) {
+        return 0;
+    }
+    static const int days_in[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    return day <= days_in[month - 1] + (month == 2 && leap);
+}
+
+static PyObject *
+ckernel_configure(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyType_Check(args[0])
+        || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)
+        || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure() wants the entry type (a tuple subclass), the payload "
+                        "type and hashlib.sha256");
+        return NULL;
+    }
+    Py_XSETREF(entry_type, (PyTypeObject *)Py_NewRef(args[0]));
+    Py_XSETREF(payload_type, Py_NewRef(args[1]));
+    Py_XSETREF(sha256_func, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+#define ENTRY_FIELDS 9
+
+static PyObject *
+ckernel_entry(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "entry() wants bytes and a line number");
+        return NULL;
+    }
+    if (!entry_type) {
+        PyErr_SetString(PyExc_RuntimeError, "entry() before configure()");
+        return NULL;
+    }
+    PyObject *body = args[0];
+    const char *buf = PyBytes_AS_STRING(body);
+    Py_ssize_t size = PyBytes_GET_SIZE(body);
+    if (!worth_it_impl(buf, size)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *found = scan_impl((const u8 *)buf, size);
+    if (!found || found == Py_None) {
+        return found;
+    }
+    /* (id, parent_id, kind, ts, prev_hash, at_turn, view); ts a str */
+    PyObject *ts = PyTuple_GET_ITEM(found, 3);
+    if (!PyUnicode_IS_ASCII(ts)
+        || !valid_ts_ascii(PyUnicode_1BYTE_DATA(ts), PyUnicode_GET_LENGTH(ts))) {
+        Py_DECREF(found);
+        Py_RETURN_NONE;
+    }
+    PyObject *entry = NULL, *payload = NULL, *digest = NULL;
+    PyObject *hash = PyObject_CallOneArg(sha256_func, body);
+    if (!hash) {
+        goto done;
+    }
+    digest = PyObject_CallMethodNoArgs(hash, s_hexdigest);
+    Py_DECREF(hash);
+    if (!digest) {
+        goto done;
+    }
+    PyObject *payload_args[3] = {body, Py_None, PyTuple_GET_ITEM(found, 6)};
+    payload = PyObject_Vectorcall(payload_type, payload_args, 3, NULL);
+    if (!payload) {
+        goto done;
+    }
+    /* tuple.__new__(LazyEntry, items) without the intermediate tuple (what
+     * tuple_subtype_new does) */
+    entry = entry_type->tp_alloc(entry_type, ENTRY_FIELDS);
+    if (!entry) {
+        goto done;
+    }
+    PyTuple_SET_ITEM(entry, 0, Py_NewRef(args[1]));
+    for (int i = 0; i < 6; i++) {
+        PyTuple_SET_ITEM(entry, i + 1, Py_NewRef(PyTuple_GET_ITEM(found, i)));
+    }
+    PyTuple_SET_ITEM(entry, 7, Py_NewRef(digest));
+    PyTuple_SET_ITEM(entry, 8, Py_NewRef(payload));
+done:
+    Py_XDECREF(digest);
+    Py_XDECREF(payload);
+    Py_DECREF(found);
+    return entry;
 }
 
 static PyObject *
@@ -1323,6 +1465,11 @@ static PyMethodDef ckernel_methods[] = {
     {"scan_transcript", (PyCFunction)(void (*)(void))ckernel_scan_transcript, METH_FASTCALL,
      "scan_transcript(result_type, body: bytes) -> result_type | None: validate a Claude "
      "Code line, read what its adapter reads (pipeline/formats/claude_code.py's scan)."},
+    {"entry", (PyCFunction)(void (*)(void))ckernel_entry, METH_FASTCALL,
+     "entry(body: bytes, line: int) -> LazyEntry | None: reader.parse_entry's entry for "
+     "a line the C kernel vouches for, None where orjson reads it."},
+    {"configure", (PyCFunction)(void (*)(void))ckernel_configure, METH_FASTCALL,
+     "configure(entry_type, payload_type, sha256): what entry() builds with."},
     {"valid", ckernel_valid, METH_O,
      "valid(body: bytes) -> bool: whether the kernel's grammar accepts body whole."},
     {NULL, NULL, 0, NULL},
@@ -1359,6 +1506,10 @@ PyInit__ckernel(void)
     s_id = PyUnicode_InternFromString("id");
     s_usage = PyUnicode_InternFromString("usage");
     s_data = PyUnicode_InternFromString("data");
+    s_hexdigest = PyUnicode_InternFromString("hexdigest");
+    if (!s_hexdigest) {
+        return NULL;
+    }
     if (!s_message || !s_role || !s_content || !s_type || !s_meta || !s_model || !s_id
         || !s_usage || !s_data) {
         return NULL;

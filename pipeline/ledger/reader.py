@@ -24,8 +24,11 @@ from typing import Any, NamedTuple, TypeGuard
 
 import orjson
 
+from pipeline.ledger.kernel import configure_c as _configure_c
+from pipeline.ledger.kernel import entry_c as _entry_c
 from pipeline.ledger.kernel import scan as _scan
 from pipeline.ledger.kernel import worth_it as _worth_it
+from pipeline.ledger.kernel import worth_it_c as _WORTH_IT_C
 from pipeline.ledger.redact import quote, redact
 from pipeline.ledger.types import Code, Finding, OversizeLine
 
@@ -207,6 +210,10 @@ def lazy_entry(line: int, ident: str, parent: str | None, kind: str, ts: str, di
                                   _Payload(body, None, view, mapper)))
 
 
+if _configure_c is not None:
+    _configure_c(LazyEntry, _Payload, hashlib.sha256)
+
+
 def audit_view(entry: Entry) -> dict[str, Any]:
     """What the audit reads of an entry's payload: its ``data``, or for a message line
     the kernel read, its ``message`` (``role``; ``content`` blocks cut to their
@@ -296,6 +303,11 @@ def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
         ``entry`` is ``None`` when the line is not a valid entry, ``reason`` then says
         why; ``duplicate_kind`` is true for vak's ``work`` quirk.
     """
+    if _worth_it is _WORTH_IT_C and _entry_c is not None:
+        # The C kernel: the steps below (worth_it, scan, the timestamp, SHA-256, the
+        # entry) in one call, None where they would end in orjson's reading.
+        entry = _entry_c(body, line)
+        return (entry, False, "") if entry is not None else parse_entry_orjson(body, line)
     found = _scan(body) if _worth_it(body) else None
     if found is not None:
         ident, parent, kind, ts, prev, at_turn, view = found

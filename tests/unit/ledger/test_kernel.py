@@ -75,6 +75,13 @@ def same(body: bytes) -> None:
     want = reader.parse_entry_orjson(body, 7)
     assert got[1:] == want[1:]
     assert (got[0] is None) == (want[0] is None)
+    if kernel.entry_c is not None:  # the C kernel's whole entry: none, or orjson's reading
+        whole = kernel.entry_c(body, 7)
+        if whole is not None:
+            assert type(whole) is LazyEntry and want[1:] == (False, "")
+            assert tuple(whole[:8]) == tuple(want[0][:8])
+            if type(got[0]) is LazyEntry:  # and the scan's view
+                assert tuple.__getitem__(whole, 8).view == tuple.__getitem__(got[0], 8).view
     entry, ref = got[0], want[0]
     if entry is None or ref is None:
         return
@@ -276,6 +283,52 @@ def test_a_repeated_role_gets_no_view_and_is_reported_or_not_as_without_the_kern
     dups = [f for f in with_kernel if not isinstance(f, Entry)]
     # (first and last alike: not seen, with or without the kernel: docs/audit.md)
     assert [f.code for f in dups] == ([Code.DUPLICATE_KEY] if roles[0] != roles[-1] else [])
+
+
+@pytest.mark.skipif(kernel.entry_c is None, reason="the C kernel did not build here")
+def test_the_c_kernels_whole_entry_reads_a_session_as_the_reader_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A run's reader: the C kernel's one call per line (this module's fixture turns it
+    # off elsewhere), against the scan's steps in Python and against orjson alone.
+    data = sample_session(turns=6).to_bytes()
+    data += data.splitlines(keepends=True)[3][:-9] + b"\n"  # a torn tail
+    monkeypatch.setattr(reader, "_scan", kernel.scan_c)
+    monkeypatch.setattr(reader, "_worth_it", kernel.worth_it_c)
+    whole = list(read_ledger(io.BytesIO(data)))
+    assert sum(type(e) is LazyEntry for e in whole) > 10
+    audit = audit_session(session_key(), io.BytesIO(data))
+    monkeypatch.setattr(reader, "_worth_it", lambda body: kernel.worth_it_c(body))
+    assert list(read_ledger(io.BytesIO(data))) == whole  # the steps in Python
+    monkeypatch.setattr(reader, "_worth_it", lambda body: False)
+    assert list(read_ledger(io.BytesIO(data))) == whole  # orjson alone
+    without = audit_session(session_key(), io.BytesIO(data))
+    assert (audit.row, audit.findings, audit.usage) == (without.row, without.findings,
+                                                        without.usage)
+
+
+DIGIT = st.sampled_from("0123456789")
+TWO = st.text(DIGIT, min_size=2, max_size=2)
+
+
+@pytest.mark.skipif(kernel.entry_c is None, reason="the C kernel did not build here")
+@settings(max_examples=500, deadline=None)
+@given(year=st.text(DIGIT, min_size=4, max_size=4) | st.sampled_from(
+           ["0000", "0001", "1900", "2000", "2024", "2100", "9999"]),
+       month=TWO | st.sampled_from(["00", "01", "02", "12", "13"]),
+       day=TWO | st.sampled_from(["00", "28", "29", "30", "31", "32"]),
+       hour=TWO | st.sampled_from(["00", "19", "23", "24"]),
+       minute=TWO, second=TWO | st.sampled_from(["59", "60"]),
+       fraction=st.sampled_from(["", ".1", ".12", ".123", ".1234", ".123456", ".1234567",
+                                 ".123456789", ".1234567890", ".12a", "."]),
+       zone=st.sampled_from(["Z", "z", "+00:00", "", "Z "]),
+       seps=st.sampled_from(["-", "/", "T", ":", "٣"]))
+def test_the_c_kernel_takes_the_timestamps_valid_ts_takes(
+        year: str, month: str, day: str, hour: str, minute: str, second: str,
+        fraction: str, zone: str, seps: str) -> None:
+    for ts in (f"{year}-{month}-{day}T{hour}:{minute}:{second}{fraction}{zone}",
+               f"{year}{seps}{month}-{day}T{hour}:{minute}:{second}{fraction}{zone}"):
+        body = line({"kind": "turn_card", "card": {}}, ts=ts)
+        assert (kernel.entry_c(body, 1) is not None) == reader.valid_ts(ts), ts
 
 
 def test_lazy_entries_are_entries_for_every_later_stage() -> None:
