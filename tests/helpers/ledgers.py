@@ -317,3 +317,18 @@ def codes(findings: Iterable[Finding]) -> set[tuple[int | None, str]]:
 def serious(findings: Iterable[Finding]) -> list[Finding]:
     """Findings of severity warning or error."""
     return [f for f in findings if f.severity >= Severity.WARNING]
+
+
+def message_with_roles(*roles: str) -> tuple[bytes, int]:
+    """A session whose assistant message holds ``roles`` as its ``role`` keys, and that
+    message's line number."""
+    b = LedgerBuilder()
+    b.header()
+    b.user("hi")
+    b.assistant("hello")
+    line = b.lines[-1]
+    keys = ",".join(f'"role":{json.dumps(r)}' for r in roles)
+    line.data = line.data.replace(b'"role":"assistant"', keys.encode(), 1)
+    b.tail_hash = sha(line.data)
+    b.user("next")
+    return b.to_bytes(), 3

@@ -34,10 +34,10 @@ from tests.helpers.ledgers import (
     audit_bytes,
     codes,
     dumps,
+    message_with_roles,
     read_bytes,
     sample_session,
     session_key,
-    sha,
 )
 
 ENVELOPE = frozenset({"id", "parent_id", "ts", "prev_hash", "at_turn", "kind"})
@@ -224,20 +224,6 @@ def test_a_claude_code_transcript_with_offset_timestamps_is_audited() -> None:
 
 
 # -- a duplicated role ------------------------------------------------------------------
-
-
-def message_with_roles(*roles: str) -> tuple[bytes, int]:
-    """A session whose assistant message holds ``roles`` as its ``role`` keys."""
-    b = LedgerBuilder()
-    b.header()
-    b.user("hi")
-    b.assistant("hello")
-    line = b.lines[-1]
-    keys = ",".join(f'"role":{json.dumps(r)}' for r in roles)
-    line.data = line.data.replace(b'"role":"assistant"', keys.encode(), 1)
-    b.tail_hash = sha(line.data)
-    b.user("next")
-    return b.to_bytes(), 3
 
 
 def test_a_duplicated_role_of_different_values_is_a_warning() -> None:

@@ -33,7 +33,7 @@ from pipeline.ledger import kernel, reader
 from pipeline.ledger.entry import starts_turn
 from pipeline.ledger.reader import Entry, LazyEntry, audit_view, parse_entry, read_ledger
 from pipeline.ledger.types import Code
-from tests.helpers.ledgers import LedgerBuilder, dumps, sample_session, session_key, sha
+from tests.helpers.ledgers import dumps, message_with_roles, sample_session, session_key
 
 ENVELOPE = {"id": "01a1b38f-04cf-78f0-8a1f-9bc406bc3226",
             "parent_id": "01a1b38e-9caa-79f6-b93e-fc0a81576b6c",
@@ -264,17 +264,8 @@ def test_a_repeated_role_gets_no_view_and_is_reported_or_not_as_without_the_kern
         roles: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
     # The reader skips its duplicate-role search on a line the kernel gave a view of:
     # a view is only made of a message object without a repeated key.
-    b = LedgerBuilder()
-    b.header()
-    b.user("hi")
-    b.assistant("hello")
-    line = b.lines[-1]
-    keys = ",".join(f'"role":{json.dumps(r)}' for r in roles)
-    line.data = line.data.replace(b'"role":"assistant"', keys.encode(), 1)
-    b.tail_hash = sha(line.data)
-    b.user("next")
-    data = b.to_bytes()
-    found = reader._scan(line.data)
+    data, line = message_with_roles(*roles)
+    found = reader._scan(data.splitlines()[line - 1])
     assert found is None or found[6] is None
     with_kernel = list(read_ledger(io.BytesIO(data)))
     monkeypatch.setattr(reader, "_worth_it", lambda body: False)
