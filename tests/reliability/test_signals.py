@@ -71,7 +71,7 @@ def test_a_signal_stops_the_run_cleanly(fleet: Path, tmp_path: Path, sig: signal
     assert first.returncode == 0, first.stderr
     before = (out / "_manifest.json").read_bytes()
     proc = start(["audit", str(fleet), "--out", str(out), "--workers", "2",
-                  "--log-format", "json", "--heartbeat", "0.05"], pause)
+                  "--log-format", "json", "--heartbeat", "1"], pause)
     assert proc.stderr is not None
     seen = []
     for line in proc.stderr:
