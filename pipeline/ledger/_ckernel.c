@@ -1507,11 +1507,8 @@ PyInit__ckernel(void)
     s_usage = PyUnicode_InternFromString("usage");
     s_data = PyUnicode_InternFromString("data");
     s_hexdigest = PyUnicode_InternFromString("hexdigest");
-    if (!s_hexdigest) {
-        return NULL;
-    }
     if (!s_message || !s_role || !s_content || !s_type || !s_meta || !s_model || !s_id
-        || !s_usage || !s_data) {
+        || !s_usage || !s_data || !s_hexdigest) {
         return NULL;
     }
     for (int i = 0; i < CC_NSCALARS; i++) {
