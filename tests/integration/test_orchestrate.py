@@ -12,7 +12,6 @@ import io
 import json
 import os
 import random
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -346,9 +345,7 @@ def test_dask_client_uses_the_configured_temporary_directory(
     scratch = tmp_path / "scratch"
     monkeypatch.setenv("DASK_TEMPORARY_DIRECTORY", str(scratch))
     with orchestrate.dask_client(workers=1, processes=False) as client:
-        t0 = time.monotonic()
         assert client.submit(sum, [1, 2], pure=False).result() == 3
-        assert time.monotonic() - t0 < 30
     assert scratch.exists()
 
 

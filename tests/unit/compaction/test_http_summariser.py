@@ -131,12 +131,12 @@ def test_other_4xx_is_not_retried(server: Server, status: int) -> None:
 
 
 def test_timeout_is_an_error_after_its_retries(server: Server) -> None:
+    # The reply comes after 1 s: were the read timeout not applied, the call would get
+    # it and succeed, so the error itself shows each attempt gave up at the timeout.
     server.replies = [Reply(delay=1.0)]
-    started = time.monotonic()
     with pytest.raises(SummariserError, match=r"no answer within the read timeout \(0.2 s\)"):
         summariser(server.base, read_timeout=0.2, retries=1).summarise(request())
     assert len(server.seen) == 2
-    assert time.monotonic() - started < 1.5
 
 
 def test_connection_refused_is_an_error_naming_the_url() -> None:
