@@ -1359,21 +1359,64 @@ valid_ts_ascii(const Py_UCS1 *s, Py_ssize_t n)
     return day <= days_in[month - 1] + (month == 2 && leap);
 }
 
+/* The payload's four slots (body, data, view, mapper), as their member descriptors: a
+ * payload is made by the type's allocator and these, without the Python frame of its
+ * __init__ (which only stores the four), once a line. */
+#define PAYLOAD_SLOTS 4
+static const char *payload_slot_names[PAYLOAD_SLOTS] = {"body", "data", "view", "mapper"};
+static PyObject *payload_slots[PAYLOAD_SLOTS];
+
 static PyObject *
 ckernel_configure(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3 || !PyType_Check(args[0])
         || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)
-        || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2])) {
+        || !PyType_Check(args[1]) || !PyCallable_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError,
                         "configure() wants the entry type (a tuple subclass), the payload "
                         "type and hashlib.sha256");
         return NULL;
     }
+    PyObject *slots[PAYLOAD_SLOTS];
+    for (int i = 0; i < PAYLOAD_SLOTS; i++) {
+        slots[i] = PyObject_GetAttrString(args[1], payload_slot_names[i]);
+        if (!slots[i] || !Py_IS_TYPE(slots[i], &PyMemberDescr_Type)) {
+            for (int j = 0; j <= i; j++) {
+                Py_XDECREF(slots[j]);
+            }
+            PyErr_Format(PyExc_TypeError,
+                         "configure(): the payload type has no slot %s",
+                         payload_slot_names[i]);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < PAYLOAD_SLOTS; i++) {
+        Py_XSETREF(payload_slots[i], slots[i]);
+    }
     Py_XSETREF(entry_type, (PyTypeObject *)Py_NewRef(args[0]));
     Py_XSETREF(payload_type, Py_NewRef(args[1]));
     Py_XSETREF(sha256_func, Py_NewRef(args[2]));
     Py_RETURN_NONE;
+}
+
+/* payload_type(body, data, view, mapper) */
+static PyObject *
+new_payload(PyObject *body, PyObject *data, PyObject *view, PyObject *mapper)
+{
+    PyTypeObject *type = (PyTypeObject *)payload_type;
+    PyObject *payload = type->tp_alloc(type, 0);
+    if (!payload) {
+        return NULL;
+    }
+    PyObject *values[PAYLOAD_SLOTS] = {body, data, view, mapper};
+    for (int i = 0; i < PAYLOAD_SLOTS; i++) {
+        PyObject *slot = payload_slots[i];
+        if (Py_TYPE(slot)->tp_descr_set(slot, payload, values[i]) < 0) {
+            Py_DECREF(payload);
+            return NULL;
+        }
+    }
+    return payload;
 }
 
 #define ENTRY_FIELDS 9
@@ -1416,8 +1459,7 @@ ckernel_entry(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
     if (!digest) {
         goto done;
     }
-    PyObject *payload_args[3] = {body, Py_None, PyTuple_GET_ITEM(found, 6)};
-    payload = PyObject_Vectorcall(payload_type, payload_args, 3, NULL);
+    payload = new_payload(body, Py_None, PyTuple_GET_ITEM(found, 6), Py_None);
     if (!payload) {
         goto done;
     }
@@ -1437,6 +1479,41 @@ done:
     Py_XDECREF(digest);
     Py_XDECREF(payload);
     Py_DECREF(found);
+    return entry;
+}
+
+/* reader.lazy_entry(line, id, parent, kind, ts, digest, body, view[, mapper]): the
+ * entry a transcript adapter makes of a line its scan read, its payload the stored
+ * bytes until a stage reads them. */
+static PyObject *
+ckernel_lazy(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8 && nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "lazy() wants line, id, parent, kind, ts, digest, body, view "
+                        "and a mapper or not");
+        return NULL;
+    }
+    if (!entry_type) {
+        PyErr_SetString(PyExc_RuntimeError, "lazy() before configure()");
+        return NULL;
+    }
+    PyObject *payload = new_payload(args[6], Py_None, args[7], nargs == 9 ? args[8] : Py_None);
+    if (!payload) {
+        return NULL;
+    }
+    PyObject *entry = entry_type->tp_alloc(entry_type, ENTRY_FIELDS);
+    if (!entry) {
+        Py_DECREF(payload);
+        return NULL;
+    }
+    for (int i = 0; i < 5; i++) {
+        PyTuple_SET_ITEM(entry, i, Py_NewRef(args[i]));
+    }
+    PyTuple_SET_ITEM(entry, 5, Py_NewRef(Py_None));
+    PyTuple_SET_ITEM(entry, 6, Py_NewRef(Py_None));
+    PyTuple_SET_ITEM(entry, 7, Py_NewRef(args[5]));
+    PyTuple_SET_ITEM(entry, 8, payload);
     return entry;
 }
 
@@ -1468,8 +1545,11 @@ static PyMethodDef ckernel_methods[] = {
     {"entry", (PyCFunction)(void (*)(void))ckernel_entry, METH_FASTCALL,
      "entry(body: bytes, line: int) -> LazyEntry | None: reader.parse_entry's entry for "
      "a line the C kernel vouches for, None where orjson reads it."},
+    {"lazy", (PyCFunction)(void (*)(void))ckernel_lazy, METH_FASTCALL,
+     "lazy(line, id, parent, kind, ts, digest, body, view, mapper=None) -> LazyEntry: "
+     "reader.lazy_entry's entry."},
     {"configure", (PyCFunction)(void (*)(void))ckernel_configure, METH_FASTCALL,
-     "configure(entry_type, payload_type, sha256): what entry() builds with."},
+     "configure(entry_type, payload_type, sha256): what entry() and lazy() build with."},
     {"valid", ckernel_valid, METH_O,
      "valid(body: bytes) -> bool: whether the kernel's grammar accepts body whole."},
     {NULL, NULL, 0, NULL},

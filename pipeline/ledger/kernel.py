@@ -36,8 +36,8 @@ from typing import Any
 import simdjson
 
 __all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "configure_c",
-           "entry_c", "parse_object", "scan", "scan_c", "scan_simdjson", "use", "worth_it",
-           "worth_it_c", "worth_it_simdjson"]
+           "entry_c", "lazy_c", "parse_object", "scan", "scan_c", "scan_simdjson", "use",
+           "worth_it", "worth_it_c", "worth_it_simdjson"]
 
 #: Lines shorter than this are parsed by orjson whole, per implementation. simdjson's
 #: fixed cost per line (its proxies, the key list that catches repeated keys) is ~1.8 us,
@@ -212,15 +212,18 @@ scan_transcript_c: Callable[[type[Any], bytes], Any] | None
 #: line the C kernel reads, in one call; the reader configures it with its types), or
 #: ``None``.
 entry_c: Callable[[bytes, int], Any] | None
+#: reader.lazy_entry's entry built in C (the same arguments), or ``None``.
+lazy_c: Callable[..., Any] | None
 configure_c: Callable[[type[Any], type[Any], Callable[[bytes], Any]], None] | None
 try:
     from pipeline.ledger._ckernel import configure as configure_c
     from pipeline.ledger._ckernel import entry as entry_c
+    from pipeline.ledger._ckernel import lazy as lazy_c
     from pipeline.ledger._ckernel import scan as scan_c
     from pipeline.ledger._ckernel import scan_transcript as scan_transcript_c
     from pipeline.ledger._ckernel import worth_it as worth_it_c
 except ImportError:  # not built here (no compiler at install): simdjson stands in
-    scan_c = worth_it_c = scan_transcript_c = entry_c = configure_c = None
+    scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = None
 
 
 def _scan_none(body: bytes) -> None:

@@ -26,6 +26,7 @@ import orjson
 
 from pipeline.ledger.kernel import configure_c as _configure_c
 from pipeline.ledger.kernel import entry_c as _entry_c
+from pipeline.ledger.kernel import lazy_c as _lazy_c
 from pipeline.ledger.kernel import scan as _scan
 from pipeline.ledger.kernel import worth_it as _worth_it
 from pipeline.ledger.kernel import worth_it_c as _WORTH_IT_C
@@ -210,8 +211,14 @@ def lazy_entry(line: int, ident: str, parent: str | None, kind: str, ts: str, di
                                   _Payload(body, None, view, mapper)))
 
 
-if _configure_c is not None:
+#: :func:`lazy_entry` in Python: the reference the C one is tested against.
+lazy_entry_py = lazy_entry
+
+if _configure_c is not None and _lazy_c is not None:
     _configure_c(LazyEntry, _Payload, hashlib.sha256)
+    # The same entry from C, without lazy_entry's frame and _Payload.__init__'s: once a
+    # line of a transcript (pipeline/formats).
+    lazy_entry = _lazy_c
 
 
 def audit_view(entry: Entry) -> dict[str, Any]:

@@ -337,6 +337,43 @@ def test_lazy_entries_are_entries_for_every_later_stage() -> None:
     assert pickle.loads(pickle.dumps(lazy)) == plain
 
 
+def _first_key(obj: dict[str, Any]) -> dict[str, Any]:
+    # A mapper for the lazy entries below: module level, so that their entries pickle.
+    return {"first": next(iter(obj), None)}
+
+
+@pytest.mark.skipif(kernel.lazy_c is None, reason="the C kernel did not build here")
+@settings(max_examples=200, deadline=None)
+@given(line=st.integers(1, 2**40), ident=st.text(max_size=8),
+       parent=st.none() | st.text(max_size=8), kind=st.sampled_from(["message", "activity"]),
+       ts=st.text(max_size=8), digest=st.sampled_from(["", "ab" * 32]),
+       body=st.builds(orjson.dumps, st.dictionaries(
+           st.text(max_size=4), st.integers(-(2**63), 2**63 - 1), max_size=3)),
+       view=st.none() | st.just({"message": {"role": "user", "content": []}}),
+       mapper=st.sampled_from([None, _first_key]))
+def test_the_c_lazy_entry_is_the_python_one(
+    line: int, ident: str, parent: str | None, kind: str, ts: str, digest: str, body: bytes,
+    view: dict[str, Any] | None, mapper: Any,
+) -> None:
+    import pickle
+
+    args = (line, ident, parent, kind, ts, digest, body, view, mapper)
+    made, reference = reader.lazy_entry(*args), reader.lazy_entry_py(*args)
+    assert reader.lazy_entry is kernel.lazy_c
+    assert type(made) is type(reference) is LazyEntry
+    assert tuple.__eq__(made[:8], reference[:8])  # the envelope, the payload apart
+    for entry in (made, reference):
+        payload = tuple.__getitem__(entry, 8)
+        assert type(payload) is reader._Payload and payload.body is body
+    assert audit_view(made) == audit_view(reference)
+    assert made.data == reference.data and made == reference
+    assert tuple.__getitem__(made, 8).body is None  # parsed once, the bytes dropped
+    assert pickle.loads(pickle.dumps(reader.lazy_entry(*args))) == reference
+    assert reader.lazy_entry(*args[:8]) == reader.lazy_entry_py(*args[:8])
+    with pytest.raises(TypeError):
+        reader.lazy_entry(*args[:7])
+
+
 # -- the C kernel's own edges (docs/audit.md, "The per-line kernel") -----------------------
 
 needs_c = pytest.mark.skipif(kernel.scan_c is None, reason="the C kernel did not build here")
