@@ -154,6 +154,8 @@ class _Payload:
     def __init__(self, body: bytes | None, data: dict[str, Any] | None,
                  view: dict[str, Any] | None,
                  mapper: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+        # Only stores the four: the C kernel makes payloads without this call (its
+        # allocator and the slots' descriptors), and a test holds the two alike.
         self.body, self.data, self.view, self.mapper = body, data, view, mapper
 
     def value(self) -> dict[str, Any]:
