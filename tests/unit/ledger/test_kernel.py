@@ -33,6 +33,7 @@ from pipeline.ledger import kernel, reader
 from pipeline.ledger.entry import starts_turn
 from pipeline.ledger.reader import Entry, LazyEntry, audit_view, parse_entry, read_ledger
 from pipeline.ledger.types import Code
+from tests.helpers.data_paths import CONFORMANCE, REAL
 from tests.helpers.ledgers import dumps, message_with_roles, sample_session, session_key
 
 ENVELOPE = {"id": "01a1b38f-04cf-78f0-8a1f-9bc406bc3226",
@@ -536,3 +537,35 @@ def test_vakpipe_kernel_chooses_the_kernel(forced: str) -> None:
         capture_output=True, text=True, check=True).stdout.split()
     default = "c" if kernel.scan_c is not None else "simdjson"
     assert out == [forced if forced in ("simdjson", "orjson") else default, "True", "True"]
+
+
+_AUDIT_EVERY_SESSION = """
+import json, sys
+from pipeline.io.storage import enumerate_sessions, resolve
+from pipeline.run.batches import audit_object
+out = []
+for folder in sys.argv[1:]:
+    root = resolve(folder)
+    for obj in enumerate_sessions(root).sessions:
+        audit = audit_object(root, obj)
+        out.append([audit.row, [(f.code, f.line, f.entry_id) for f in audit.findings],
+                    audit.usage])
+print(json.dumps(out, sort_keys=True, default=str))
+"""
+
+
+def test_without_the_c_extension_every_session_audits_alike() -> None:
+    # A machine without a compiler: `pip install` goes on without the extension, and its
+    # import fails as an unbuilt one does. The kernel is then pysimdjson's, the lazy
+    # entries the Python ones, and every audit the same as with the extension.
+    folders = [str(REAL / "claude-code"), str(REAL / "codex"), str(CONFORMANCE / "corpus")]
+    blocked = ("import sys; sys.modules['pipeline.ledger._ckernel'] = None\n"
+               "from pipeline.ledger import kernel, reader\n"
+               "assert kernel.IMPLEMENTATION == 'simdjson' and kernel.entry_c is None\n"
+               "assert reader.lazy_entry is reader.lazy_entry_py\n")
+    runs = [subprocess.run([sys.executable, "-c", prelude + _AUDIT_EVERY_SESSION, *folders],
+                           env={**os.environ, "VAKPIPE_KERNEL": ""}, capture_output=True,
+                           text=True, check=True).stdout
+            for prelude in (blocked, "")]
+    without, with_c = (json.loads(out) for out in runs)
+    assert len(without) > 20 and without == with_c
