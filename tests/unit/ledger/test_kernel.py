@@ -363,12 +363,11 @@ def test_the_c_lazy_entry_is_the_python_one(
     assert reader.lazy_entry is kernel.lazy_c
     assert type(made) is type(reference) is LazyEntry
     assert tuple.__eq__(made[:8], reference[:8])  # the envelope, the payload apart
-    for entry in (made, reference):
-        payload = tuple.__getitem__(entry, 8)
-        assert type(payload) is reader._Payload and payload.body is body
+    payloads: list[Any] = [tuple.__getitem__(entry, 8) for entry in (made, reference)]
+    assert all(type(p) is reader._Payload and p.body is body for p in payloads)
     assert audit_view(made) == audit_view(reference)
     assert made.data == reference.data and made == reference
-    assert tuple.__getitem__(made, 8).body is None  # parsed once, the bytes dropped
+    assert payloads[0].body is None  # parsed once, the bytes dropped
     assert pickle.loads(pickle.dumps(reader.lazy_entry(*args))) == reference
     assert reader.lazy_entry(*args[:8]) == reader.lazy_entry_py(*args[:8])
     with pytest.raises(TypeError):
