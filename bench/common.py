@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import os
 import resource
 import shutil
+import subprocess
+import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +29,33 @@ from pipeline.synth.generator import generate_session
 T = TypeVar("T")
 MB = 1_000_000
 BENCH_DIR = Path(os.environ.get("VAKPIPE_BENCH_DIR", Path(tempfile.gettempdir()) / "vakpipe-bench"))
+
+
+#: The project's root (a git checkout where the baseline benchmarks run).
+REPO = Path(__file__).resolve().parents[1]
+
+
+def baseline_tree(rev: str, into: Path) -> Path | str:
+    """The project as it was at git revision ``rev``, extracted under ``into`` with
+    ``git archive`` (nothing of this checkout is touched) and made ready as ``make``
+    makes this one: its modules compiled to bytecode (processes here do not write it:
+    ``PYTHONDONTWRITEBYTECODE``, docs/ccusage-comparison.md round 5) and its C kernel, if
+    it has one, built in place (a tree where that fails runs without it, as after a
+    ``pip install`` without a compiler). Or why it could not be extracted."""
+    archive = subprocess.run(["git", "archive", "--format=tar", rev], capture_output=True,
+                             cwd=REPO, check=False)
+    if archive.returncode != 0:
+        return " ".join(archive.stderr.decode(errors="replace").split())[:200] or "git failed"
+    tree = into / "tree"
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(tree, filter="data")
+    if (tree / "setup.py").exists():
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree,
+                       capture_output=True, check=False)
+    packages = [str(tree / name) for name in ("pipeline", "jobs") if (tree / name).is_dir()]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *packages],
+                   capture_output=True, check=False)
+    return tree
 
 
 def fleet(name: str, *, sessions: int, seed: int, size_scale: float = 1.0) -> Path:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import hashlib
-import io
 import json
 import math
 import os
@@ -52,7 +51,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -66,7 +64,16 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import BENCH_DIR, best_of, cluster, corpus_bytes, cpu_seconds, fleet, timed
+from bench.common import (
+    BENCH_DIR,
+    baseline_tree,
+    best_of,
+    cluster,
+    corpus_bytes,
+    cpu_seconds,
+    fleet,
+    timed,
+)
 from bench.rss import peak_rss_bytes
 from pipeline.audit.session import audit_session
 from pipeline.io.storage import resolve
@@ -215,19 +222,6 @@ def main():
 if __name__ == "__main__":
     main()
 """
-
-
-def baseline_tree(rev: str, into: Path) -> Path | str:
-    """The project as it was at git revision ``rev``, extracted under ``into`` with
-    ``git archive`` (nothing of this checkout is touched), or why it could not be."""
-    archive = subprocess.run(["git", "archive", "--format=tar", rev], capture_output=True,
-                             cwd=Path(__file__).resolve().parents[1], check=False)
-    if archive.returncode != 0:
-        return " ".join(archive.stderr.decode(errors="replace").split())[:200] or "git failed"
-    tree = into / "tree"
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(tree, filter="data")
-    return tree
 
 
 def tree_replay(tree: Path, root: Path, repeat: int, runner: Path) -> Run:

@@ -54,6 +54,8 @@ EXPECTED: dict[str, list[str]] = {
     "nightly_incremental": [r"partitions: second / first night bytes written",
                             r"delta: second / first night bytes written",
                             r"runner peak RSS slope", r"extrapolated to 1,000,000"],
+    "nightly_first_night": [r"^fleet: .* MB in 20 sessions",
+                            r"^first night against HEAD: (median [\d.]+ x over 1 pairs|skipped)"],
     "otel_export": [r"baseline price_usage by day,model", r"spans/s"],
     "segment_audit": [r"plain: 6 ledgers", r"sealed: 6 ledgers", r"x floor"],
     "segment_nightly": [r"keyless: .* night 2 / night 1 bytes read = [\d.]+",
