@@ -52,15 +52,21 @@ def children_cpu() -> float:
 
 
 def first_night(tree: Path, root: Path, workers: int) -> Night:
-    """``vakpipe nightly`` of ``tree`` on ``root`` into a new OUT, timed."""
+    """``vakpipe nightly`` of ``tree`` on ``root`` into a new OUT, timed; a night that
+    does not end in success stops the benchmark with its last line of output."""
     out = Path(tempfile.mkdtemp(prefix="vakpipe-bench-night-"))
     try:
         cpu0, t0 = children_cpu(), time.perf_counter()
-        subprocess.run([sys.executable, "-c", CLI, "nightly", str(root), "--out", str(out),
-                        "--workers", str(workers), "--no-progress", "--date", "2026-12-01"],
-                       cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
-                       capture_output=True, check=True)
-        return Night(time.perf_counter() - t0, children_cpu() - cpu0)
+        done = subprocess.run(
+            [sys.executable, "-c", CLI, "nightly", str(root), "--out", str(out), "--workers",
+             str(workers), "--no-progress", "--date", "2026-12-01"],
+            cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True,
+            text=True, check=False)
+        night = Night(time.perf_counter() - t0, children_cpu() - cpu0)
+        if done.returncode != 0:
+            last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+            sys.exit(f"the first night of {tree} exited {done.returncode}: {last}")
+        return night
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
