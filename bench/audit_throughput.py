@@ -43,8 +43,8 @@ from bench.common import (
     best_of,
     cluster,
     corpus_bytes,
-    fleet,
     one_session,
+    sized_fleet,
     timed,
     worker_peaks,
 )
@@ -123,8 +123,7 @@ def main() -> None:
     if args.quick:
         args.mb, args.big_mb, args.repeat = 1, 4, 1
 
-    sessions = max(50, args.mb * 10)  # ~100 KB per session on average, heavy-tailed
-    root = fleet(f"fleet-{args.mb}", sessions=sessions, seed=2026)
+    root = sized_fleet(args.mb)
     size = corpus_bytes(root)
     print(f"corpus: {root} {size / MB:,.0f} MB in {sum(1 for _ in root.rglob('*.jsonl'))} sessions")
 

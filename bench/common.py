@@ -70,6 +70,13 @@ def fleet(name: str, *, sessions: int, seed: int, size_scale: float = 1.0) -> Pa
     return root
 
 
+def sized_fleet(mb: int) -> Path:
+    """The generated fleet of about ``mb`` MB (``fleet-<mb>``: ~100 KB per session on
+    average, heavy-tailed) that the audit and nightly benchmarks share, reused when it is
+    already there."""
+    return fleet(f"fleet-{mb}", sessions=max(50, mb * 10), seed=2026)
+
+
 def one_session(root: Path, mb: int, *, seed: int = 11, scale: float = 1.0) -> Path:
     """``root``, an archive holding one generated session of about ``mb`` MB (tool
     results, answers and prompts ``scale`` times their usual size: fewer, longer lines),

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import MB, REPO, baseline_tree, corpus_bytes, fleet
+from bench.common import MB, REPO, baseline_tree, corpus_bytes, fleet, sized_fleet
 
 #: The CLI's entry point, run from whichever tree ``PYTHONPATH`` names first.
 CLI = "import sys; sys.argv[0] = 'vakpipe'; from pipeline.cli import main; main()"
@@ -84,8 +84,7 @@ def main() -> None:
         args.baseline, args.pairs, args.workers = "HEAD", 1, 0
         root = fleet("fleet-quick-nightly", sessions=20, seed=2026)
     else:
-        # The fleet of bench/audit_throughput.py: reused when it is already there.
-        root = fleet(f"fleet-{args.mb}", sessions=max(50, args.mb * 10), seed=2026)
+        root = sized_fleet(args.mb)
     size = corpus_bytes(root)
     print(f"fleet: {root} {size / MB:,.1f} MB in {sum(1 for _ in root.rglob('*.jsonl'))} "
           f"sessions; --workers {args.workers}")
