@@ -2,12 +2,13 @@
 
 Prints, measured in the same run:
 
-* the floors: tiktoken's ``encode_ordinary`` and ``bpe-openai``'s count over every
+* the floors: tiktoken's ``encode_ordinary`` and the default counter's (toktok's where it
+  imports, else ``bpe-openai``'s) over every
   distinct text segment of a generated fleet (message texts, thinking, tool inputs and
   results, system prompts, tool schemas, summaries);
 * full replay runs (``vakpipe audit --replay``: all requests, all tables) on one
   worker counting with tiktoken (``VAKPIPE_TOKENIZER=tiktoken``: the replay before issue
-  21) and on another counting with ``bpe-openai`` (the default), interleaved, as MB/s,
+  21) and on another counting with the default counter, interleaved, as MB/s,
   as a ratio of the tiktoken floor (target >= 0.50) and the one against the other
   (target >= 2.0), wall and CPU (the worker's and this process's: the steadier figure
   on a shared machine); each run starts from an empty count cache (a worker that loaded
@@ -120,7 +121,7 @@ def tiktoken_count(text: str) -> int:
 
 
 def default_count() -> Callable[[str], int]:
-    """The default tokenizer's count, uncached (``bpe-openai``'s where it imports)."""
+    """The default tokenizer's count, uncached (toktok's where it imports)."""
     tok = get_tokenizer()
     assert isinstance(tok, ExactTokenizer)
     return tok._encoded_length
@@ -298,7 +299,7 @@ class LinearityPoint:
     iterations: int
     size: int
     tokens: int  # of the distinct text segments
-    replay: float  # the default tokenizer (bpe-openai's)
+    replay: float  # the default tokenizer (toktok's where it imports)
     engine: float  # a tokenizer that costs nothing
     floor: float  # the default tokenizer over each session's distinct segments
     calls_per_entry: float  # Python calls of the engine alone, per active-chain entry
@@ -572,23 +573,23 @@ def main() -> None:
     # The machines are noisy (+-25% between minutes): the floors are measured before
     # each round of runs and the best of each kept. The first run on a fresh worker also
     # imports the code and loads the vocabulary (once per worker, ~0.2 s for tiktoken,
-    # ~0.5-1 s for bpe-openai's 74 MB extension): printed apart, the targets are for
-    # the runs after it (a fleet run's steady state).
+    # less for the Rust counters, their vocabularies compiled in): printed apart, the
+    # targets are for the runs after it (a fleet run's steady state).
     floors: list[float] = []
-    bpe_floors: list[float] = []
+    default_floors: list[float] = []
 
     def floors_now() -> None:
         floors.append(tokenizer_floor(texts))
-        bpe_floors.append(tokenizer_floor(texts, default_count()))
+        default_floors.append(tokenizer_floor(texts, default_count()))
 
     before, after = replay_runs(root, repeat + 1, between=floors_now)
-    floor_s, bpe_floor_s = min(floors), min(bpe_floors)
+    floor_s, default_floor_s = min(floors), min(default_floors)
     print(f"fleet: {size / MB:,.1f} MB, {len(texts):,} distinct segments ({seg_mb:,.1f} MB)")
     print(f"tokenizer floor, tiktoken encode_ordinary (distinct segments): {floor_s:6.2f} s "
           f"= {size / MB / floor_s:6.1f} MB/s of ledger")
     print(f"tokenizer floor, {mine} (distinct segments):{' ' * max(0, 25 - len(mine))}"
-          f"{bpe_floor_s:6.2f} s = {size / MB / bpe_floor_s:6.1f} MB/s of ledger "
-          f"= {floor_s / bpe_floor_s:.2f} x tiktoken's")
+          f"{default_floor_s:6.2f} s = {size / MB / default_floor_s:6.1f} MB/s of ledger "
+          f"= {floor_s / default_floor_s:.2f} x tiktoken's")
     best: dict[str, tuple[float, float]] = {}
     for label, runs in (("tiktoken (before)", before), (f"{mine} (default)", after)):
         steady = runs[1:] or runs

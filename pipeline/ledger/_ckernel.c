@@ -1532,6 +1532,65 @@ ckernel_valid(PyObject *Py_UNUSED(module), PyObject *body)
     return PyBool_FromLong(ok);
 }
 
+/* Whether `text` holds a code point of `ranges`: bytes of native uint32 pairs (first,
+ * last), sorted and disjoint. The replay's tokenizer asks it of every text it counts
+ * (pipeline/replay/tokens.py: a counter whose Unicode tables class those code points
+ * unlike tiktoken's must not count such a text), so it runs at memory speed: a text
+ * whose storage cannot hold the lowest of them (ASCII, Latin-1) is not even read. */
+static PyObject *
+ckernel_any_in(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyBytes_Check(args[1])
+        || PyBytes_GET_SIZE(args[1]) % 8 != 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "any_in(text: str, ranges: bytes of uint32 pairs) takes two arguments");
+        return NULL;
+    }
+    PyObject *text = args[0];
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(text) < 0) { /* a legacy string's canonical form (none since 3.12) */
+        return NULL;
+    }
+#endif
+    Py_ssize_t pairs = PyBytes_GET_SIZE(args[1]) / 8;
+    const char *table = PyBytes_AS_STRING(args[1]);
+    if (pairs == 0) {
+        Py_RETURN_FALSE;
+    }
+    uint32_t lowest;
+    memcpy(&lowest, table, sizeof lowest);
+    if (PyUnicode_MAX_CHAR_VALUE(text) < lowest) {
+        Py_RETURN_FALSE;
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < lowest) {
+            continue;
+        }
+        /* The last pair whose first is <= c holds it, or none does. */
+        Py_ssize_t lo = 0, hi = pairs;
+        while (hi - lo > 1) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            uint32_t first;
+            memcpy(&first, table + 8 * mid, sizeof first);
+            if (first <= c) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        uint32_t last;
+        memcpy(&last, table + 8 * lo + 4, sizeof last);
+        if (c <= last) {
+            Py_RETURN_TRUE;
+        }
+    }
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef ckernel_methods[] = {
     {"scan", ckernel_scan, METH_O,
      "scan(body: bytes) -> tuple | None: validate a line, read its envelope "
@@ -1550,6 +1609,9 @@ static PyMethodDef ckernel_methods[] = {
      "reader.lazy_entry's entry."},
     {"configure", (PyCFunction)(void (*)(void))ckernel_configure, METH_FASTCALL,
      "configure(entry_type, payload_type, sha256): what entry() and lazy() build with."},
+    {"any_in", (PyCFunction)(void (*)(void))ckernel_any_in, METH_FASTCALL,
+     "any_in(text: str, ranges: bytes) -> bool: whether text holds a code point of "
+     "ranges (native uint32 pairs first, last; sorted, disjoint)."},
     {"valid", ckernel_valid, METH_O,
      "valid(body: bytes) -> bool: whether the kernel's grammar accepts body whole."},
     {NULL, NULL, 0, NULL},

@@ -35,9 +35,9 @@ from typing import Any
 
 import simdjson
 
-__all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "configure_c",
-           "entry_c", "lazy_c", "parse_object", "scan", "scan_c", "scan_simdjson", "use",
-           "worth_it", "worth_it_c", "worth_it_simdjson"]
+__all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "any_in_c",
+           "configure_c", "entry_c", "lazy_c", "parse_object", "scan", "scan_c", "scan_simdjson",
+           "use", "worth_it", "worth_it_c", "worth_it_simdjson"]
 
 #: Lines shorter than this are parsed by orjson whole, per implementation. simdjson's
 #: fixed cost per line (its proxies, the key list that catches repeated keys) is ~1.8 us,
@@ -215,7 +215,12 @@ entry_c: Callable[[bytes, int], Any] | None
 #: reader.lazy_entry's entry built in C (the same arguments), or ``None``.
 lazy_c: Callable[..., Any] | None
 configure_c: Callable[[type[Any], type[Any], Callable[[bytes], Any]], None] | None
+#: Whether a text holds a code point of the given ranges (``any_in_c(text, ranges)``,
+#: ``ranges`` native uint32 pairs ``first, last``, sorted; pipeline/replay/tokens.py's
+#: guard), or ``None``.
+any_in_c: Callable[[str, bytes], bool] | None
 try:
+    from pipeline.ledger._ckernel import any_in as any_in_c
     from pipeline.ledger._ckernel import configure as configure_c
     from pipeline.ledger._ckernel import entry as entry_c
     from pipeline.ledger._ckernel import lazy as lazy_c
@@ -223,7 +228,7 @@ try:
     from pipeline.ledger._ckernel import scan_transcript as scan_transcript_c
     from pipeline.ledger._ckernel import worth_it as worth_it_c
 except ImportError:  # not built here (no compiler at install): simdjson stands in
-    scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = None
+    scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = any_in_c = None
 
 
 def _scan_none(body: bytes) -> None:

@@ -98,6 +98,7 @@ def test_the_c_kernel_is_compiled_in_the_build_stage_only() -> None:
     assert "apt-get install -y --no-install-recommends gcc libc6-dev" in build
     assert "COPY pyproject.toml setup.py README.md /src/" in build
     assert "kernel.IMPLEMENTATION == 'c'" in runtime
+    assert "ToktokTokenizer as T, get_tokenizer as g; assert type(g()) is T" in runtime
     ignore = (DEPLOY / "image" / "Dockerfile.dockerignore").read_text().splitlines()
     assert "!setup.py" in ignore and "**/*.so" in ignore  # built from source, never copied
 

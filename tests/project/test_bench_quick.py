@@ -28,10 +28,10 @@ EXPECTED: dict[str, list[str]] = {
     "small_archive": [r"vakpipe audit \+ cost: best", r"vakpipe cost ROOT --out: +best"],
     "replay_throughput": [
         r"^fleet: [\d.]+ MB",
-        r"tokenizer floor, BpeTokenizer .* = [\d.]+ x tiktoken's",
+        r"tokenizer floor, \w+Tokenizer .* = [\d.]+ x tiktoken's",
         r"full replay, 1 worker, tiktoken \(before\) \(audit --replay, all tables\):.* x "
         r"tiktoken floor",
-        r"full replay, BpeTokenizer against tiktoken: [\d.]+ x the ledger MB/s .* x by CPU",
+        r"full replay, \w+Tokenizer against tiktoken: [\d.]+ x the ledger MB/s .* x by CPU",
         r"^full replay against HEAD: (median [\d.]+ x the ledger MB/s|skipped)",
         r"per doubling of tokens: replay [\d.]+ x",
         r"long linearity: .* per doubling of turns [\d.]+ x",

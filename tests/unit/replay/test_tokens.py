@@ -1,7 +1,8 @@
-"""The replay's tokenizers: ``bpe-openai``'s counts equal tiktoken's ``encode_ordinary``
-on every text a replay of generated sessions counts, on every string of the real
-transcripts, on hostile texts and on fuzzed ones; nothing is downloaded; the count cache
-returns what the encoder says."""
+"""The replay's tokenizers: ``toktok``'s and ``bpe-openai``'s counts equal tiktoken's
+``encode_ordinary`` on every text a replay of generated sessions counts, on every string
+of the real transcripts, on hostile texts, on fuzzed ones, and (toktok's, through its
+guard) around every code point; nothing is downloaded; the count cache returns what the
+encoder says."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,18 +20,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.audit.session import audit_session
+from pipeline.ledger.kernel import any_in_c
 from pipeline.ledger.layout import parse_session_path
 from pipeline.ledger.reader import Entry
+from pipeline.replay import tokens
 from pipeline.replay.catalog import load_catalog
 from pipeline.replay.projection import get_rule_set
 from pipeline.replay.session import replay_session
 from pipeline.replay.tokens import (
+    NEWER_LETTERS,
     BpeTokenizer,
     CountCache,
+    ExactTokenizer,
     TiktokenTokenizer,
+    ToktokTokenizer,
     _encoding,
+    _toktok,
     bpe_available,
     get_tokenizer,
+    toktok_available,
 )
 from pipeline.synth.generator import generate_session
 from tests.helpers.data_paths import REAL
@@ -42,6 +51,22 @@ pytestmark = pytest.mark.skipif(not bpe_available(), reason="bpe-openai does not
 def reference(text: str) -> int:
     """tiktoken's count, uncached: what the replay counted before ``bpe-openai``."""
     return len(_encoding("cl100k_base").encode_ordinary(text))
+
+
+#: The fast counters held to tiktoken, each where it imports here.
+COUNTERS = [
+    pytest.param(ToktokTokenizer, id="toktok", marks=pytest.mark.skipif(
+        not toktok_available(), reason="toktok-rs or the C kernel is missing")),
+    pytest.param(BpeTokenizer, id="bpe-openai"),
+]
+
+
+@pytest.fixture(params=COUNTERS)
+def counter(request: pytest.FixtureRequest) -> ExactTokenizer:
+    """A fast counter (one instance per test: its counts uncached through
+    ``_encoded_length``)."""
+    made: ExactTokenizer = request.param()
+    return made
 
 
 def bpe(text: str) -> int:
@@ -102,20 +127,22 @@ def real_strings() -> set[str]:
     return out
 
 
-def mismatches(texts: set[str]) -> list[tuple[str, int, int]]:
-    return [(t[:80], a, b) for t in texts if (a := bpe(t)) != (b := reference(t))]
+def mismatches(counter: ExactTokenizer, texts: set[str]) -> list[tuple[str, int, int]]:
+    count = counter._encoded_length
+    return [(t[:80], a, b) for t in texts if (a := count(t)) != (b := reference(t))]
 
 
-def test_equal_on_every_text_a_replay_of_generated_sessions_counts() -> None:
+def test_equal_on_every_text_a_replay_of_generated_sessions_counts(
+        counter: ExactTokenizer) -> None:
     texts = replayed_texts(range(1, 13))
     assert len(texts) > 300
-    assert mismatches(texts) == []
+    assert mismatches(counter, texts) == []
 
 
-def test_equal_on_every_string_of_the_real_transcripts() -> None:
+def test_equal_on_every_string_of_the_real_transcripts(counter: ExactTokenizer) -> None:
     texts = real_strings()
     assert sum(map(len, texts)) > 1_000_000
-    assert mismatches(texts) == []
+    assert mismatches(counter, texts) == []
 
 
 HOSTILE = [
@@ -135,16 +162,16 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
-def test_equal_on_hostile_texts(text: str) -> None:
-    assert bpe(text) == reference(text)
+def test_equal_on_hostile_texts(counter: ExactTokenizer, text: str) -> None:
+    assert counter._encoded_length(text) == reference(text)
 
 
-def test_equal_on_texts_above_the_wrappers_200k_token_limit() -> None:
-    # The package's tiktoken-like Encoding refuses more than ~200k tokens per call; the
-    # bindings vakpipe calls take any length, so nothing is chunked.
+def test_equal_on_texts_above_the_wrappers_200k_token_limit(counter: ExactTokenizer) -> None:
+    # bpe-openai's tiktoken-like Encoding refuses more than ~200k tokens per call; the
+    # bindings vakpipe calls take any length, as toktok's counter does: nothing is chunked.
     source = (REPO / "pipeline" / "replay" / "engine.py").read_text(encoding="utf-8")
     huge = "\n".join([source] * 45 + ["<|endoftext|> 日本 🙂 " * 5000])
-    n = bpe(huge)
+    n = counter._encoded_length(huge)
     assert n > 250_000
     assert n == reference(huge)
 
@@ -155,32 +182,133 @@ ALPHABET = st.sampled_from([
 ])
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(ALPHABET, max_size=60).map("".join))
-def test_equal_on_fuzzed_pieces(text: str) -> None:
-    assert bpe(text) == reference(text)
+# (The fixture is the same counter for every example: hypothesis wants it function-scoped
+# only when it carries state between examples, and these counters keep none uncached.)
+@settings(max_examples=400, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(text=st.lists(ALPHABET, max_size=60).map("".join))
+def test_equal_on_fuzzed_pieces(counter: ExactTokenizer, text: str) -> None:
+    assert counter._encoded_length(text) == reference(text)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.text(max_size=200))
-def test_equal_on_arbitrary_unicode(text: str) -> None:
-    assert bpe(text) == reference(text)
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=200))
+def test_equal_on_arbitrary_unicode(counter: ExactTokenizer, text: str) -> None:
+    assert counter._encoded_length(text) == reference(text)
 
 
-def test_get_tokenizer_prefers_bpe_and_tiktoken_on_request(
+#: Each code point is counted in these texts: alone, and where its class (letter,
+#: digit, space, other) decides how the text splits into pieces.
+CONTEXTS = ("{}", "a{}b", "{}:A", " {}{}", "1{}2", "{} x", "x\n{}", "{}'s", ".{}.")
+
+
+def _code_points() -> Iterator[int]:
+    return (c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+
+
+def _guarded(c: int) -> bool:
+    return any(first <= c <= last for first, last in NEWER_LETTERS)
+
+
+@pytest.mark.skipif(not toktok_available(), reason="toktok-rs or the C kernel is missing")
+def test_toktok_splits_as_tiktoken_around_every_code_point_but_the_guarded_ones() -> None:
+    # Every code point, in every context, one line each: toktok's raw tokens equal
+    # tiktoken's unless the code point is one of NEWER_LETTERS (the guard sends those
+    # texts to bpe-openai); and each guarded range holds code points on which they differ
+    # (the guard is not wider than it must be). Lines are joined in batches (a newline
+    # ends every piece of both), a differing batch is searched line by line.
+    raw, ref = _toktok("cl100k_base"), _encoding("cl100k_base")
+
+    def lines(points: list[int]) -> list[str]:
+        return [ctx.format(*[chr(c)] * ctx.count("{}")) for c in points for ctx in CONTEXTS]
+
+    def differ(texts: list[str]) -> list[str]:
+        joined = "\n".join(texts)
+        if raw.encode(joined) == ref.encode_ordinary(joined):
+            return []
+        return [t for t in texts if raw.encode(t) != ref.encode_ordinary(t)]
+
+    points = list(_code_points())
+    unguarded = [c for c in points if not _guarded(c)]
+    assert len(points) - len(unguarded) == 4657
+    batch = 8192
+    assert [t for i in range(0, len(unguarded), batch)
+            for t in differ(lines(unguarded[i:i + batch]))] == []
+    for first, last in NEWER_LETTERS:
+        assert differ(lines(list(range(first, last + 1)))), hex(first)
+
+
+@pytest.mark.skipif(not toktok_available(), reason="toktok-rs or the C kernel is missing")
+def test_a_text_with_a_newer_letter_is_counted_by_bpe_openai(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    assert isinstance(get_tokenizer(), BpeTokenizer)
-    monkeypatch.setenv("VAKPIPE_TOKENIZER", "tiktoken")
-    get_tokenizer.cache_clear()
+    text = "CJK extension J: \U000323b0:A"  # U+323B0: a letter to toktok, not to tiktoken
+    assert _toktok("cl100k_base").count(text) != reference(text)
+    assert ToktokTokenizer()._encoded_length(text) == reference(text) == bpe(text)
+    # Where bpe-openai does not import, tiktoken counts it.
+    monkeypatch.setattr(tokens, "bpe_available", lambda: False)
+    tokens._other_counter.cache_clear()
     try:
-        assert isinstance(get_tokenizer(), TiktokenTokenizer)
+        assert isinstance(tokens._other_counter("cl100k_base"), TiktokenTokenizer)
+        assert ToktokTokenizer()._encoded_length(text) == reference(text)
+    finally:
+        tokens._other_counter.cache_clear()
+
+
+@pytest.mark.skipif(any_in_c is None, reason="the C kernel did not build")
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=40),
+       more=st.lists(st.integers(0, 0x10FFFF).filter(lambda c: not 0xD800 <= c <= 0xDFFF)
+                     .map(chr), max_size=3),
+       ranges=st.lists(st.tuples(st.integers(0, 0x10FFFF), st.integers(0, 64)), max_size=6))
+def test_any_in_finds_what_python_finds(text: str, more: list[str],
+                                        ranges: list[tuple[int, int]]) -> None:
+    # Sorted disjoint (first, last) pairs from arbitrary starts and widths.
+    pairs: list[tuple[int, int]] = []
+    for first, width in sorted(ranges):
+        if pairs and first <= pairs[-1][1]:
+            continue
+        pairs.append((first, min(first + width, 0x10FFFF)))
+    table = array("I", [c for p in pairs for c in p]).tobytes()
+    for t in (text, text + "".join(more), "".join(more) + text):
+        expected = any(first <= ord(ch) <= last for ch in t for first, last in pairs)
+        assert any_in_c is not None and any_in_c(t, table) is expected
+
+
+@pytest.mark.skipif(any_in_c is None, reason="the C kernel did not build")
+def test_any_in_refuses_what_is_not_text_and_pairs() -> None:
+    assert any_in_c is not None
+    for args in (("x", b"\0" * 7), (b"x", b"\0" * 8), ("x", "ranges")):
+        with pytest.raises(TypeError, match="any_in"):
+            any_in_c(*args)
+    assert any_in_c("anything", b"") is False
+
+
+def test_get_tokenizer_prefers_toktok_then_bpe_and_any_on_request(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def chosen() -> type:
+        get_tokenizer.cache_clear()
+        return type(get_tokenizer())
+
+    try:
+        assert chosen() is (ToktokTokenizer if toktok_available() else BpeTokenizer)
+        for name, kind in (("tiktoken", TiktokenTokenizer), ("BPE-OPENAI", BpeTokenizer)):
+            monkeypatch.setenv("VAKPIPE_TOKENIZER", name)
+            assert chosen() is kind
+        monkeypatch.delenv("VAKPIPE_TOKENIZER")
+        # No C kernel (a machine without a compiler): no guard, so no toktok.
+        monkeypatch.setattr(tokens, "any_in_c", None)
+        assert not toktok_available() and chosen() is BpeTokenizer
+        with pytest.raises(ImportError, match="C kernel"):
+            ToktokTokenizer()
     finally:
         get_tokenizer.cache_clear()
 
 
 def test_unknown_encodings_are_refused() -> None:
-    with pytest.raises(ValueError, match="no offline vocabulary"):
-        BpeTokenizer("r50k_base")
+    for kind in (ToktokTokenizer, BpeTokenizer, TiktokenTokenizer):
+        with pytest.raises(ValueError, match="no offline vocabulary"):
+            kind("r50k_base")
 
 
 def test_count_cache_keys_long_texts_by_content() -> None:
@@ -197,6 +325,22 @@ def test_count_cache_keys_long_texts_by_content() -> None:
     cache(c)  # the oldest (a) goes: at most two long texts kept
     assert cache(a) == reference(a) and seen == [a, b, c, a]
     assert cache("") == 0 and cache("hi") == reference("hi")
+
+
+def test_count_cache_without_long_texts_counts_them_every_time() -> None:
+    # toktok's way (long_texts = 0): hashing a long text would cost most of counting it.
+    seen: list[str] = []
+
+    def count(text: str) -> int:
+        seen.append(text)
+        return reference(text)
+
+    cache = CountCache(count, short=4, long=0)
+    a = "alpha " * 200
+    counts = [cache(a), cache(a), cache("hi"), cache("hi")]
+    assert counts == [reference(a)] * 2 + [reference("hi")] * 2
+    assert seen == [a, a, "hi"] and cache.hits == 0 and cache._long == {}
+    assert ToktokTokenizer.long_texts == 0 and BpeTokenizer.long_texts > 0
 
 
 def test_nothing_downloads_or_writes_a_cache(tmp_path: Path) -> None:
@@ -218,7 +362,8 @@ def test_nothing_downloads_or_writes_a_cache(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-W", "error", "-c", code], env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["BpeTokenizer", "8", "8", "False"]
+    default = "ToktokTokenizer" if toktok_available() else "BpeTokenizer"
+    assert done.stdout.split() == [default, "8", "8", "False"]
     assert list(home.rglob("*")) == []
 
 
@@ -226,7 +371,8 @@ def test_tokenizers_travel_by_name() -> None:
     # A worker gets the name and loads its own copy once (the cache stays behind).
     import pickle
 
-    for tok in (BpeTokenizer(), TiktokenTokenizer()):
+    kinds = [BpeTokenizer, TiktokenTokenizer, *([ToktokTokenizer] if toktok_available() else [])]
+    for tok in (kind() for kind in kinds):
         tok.count("warm " * 200)
         copy = pickle.loads(pickle.dumps(tok))
         assert type(copy) is type(tok) and copy.name == tok.name
