@@ -12,6 +12,7 @@ import subprocess
 import sys
 from array import array
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -325,6 +326,16 @@ def test_count_cache_keys_long_texts_by_content() -> None:
     cache(c)  # the oldest (a) goes: at most two long texts kept
     assert cache(a) == reference(a) and seen == [a, b, c, a]
     assert cache("") == 0 and cache("hi") == reference("hi")
+
+
+def test_counts_from_many_threads_are_the_same(counter: ExactTokenizer) -> None:
+    # A memory:// run's workers are threads of one process sharing one counter (and the
+    # Rust counters release the GIL while they count).
+    texts = sorted(replayed_texts(range(1, 4))) + HOSTILE[:24]
+    alone = [counter.count(t) for t in texts]
+    fresh = type(counter)()
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(fresh.count, texts * 3)) == alone * 3
 
 
 def test_count_cache_without_long_texts_counts_them_every_time() -> None:
