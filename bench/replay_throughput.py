@@ -19,10 +19,10 @@ Prints, measured in the same run:
   ratio of the ledger MB/s (issue 21's target: >= 2.0 against ``209306a``, the replay
   before it); ``--quick`` runs it once against HEAD so it never rots;
 * linearity: the replay time of sessions of 250, 500, 1000 and 2000 iterations (four of
-  each, summed), the ratio of each doubling of their length in tokens (target <= 2.2)
-  and in bytes, the same for the replay engine alone and for the tokenizer floor, the
-  time per unit of their own tokenizer floor, and the engine's Python calls per entry
-  (a count, free of noise);
+  each, summed), the ratio of each doubling of their length in iterations (target <=
+  2.2), in tokens and in bytes, the same for the replay engine alone and for the
+  tokenizer floor, the time per unit of their own tokenizer floor, and the engine's
+  Python calls per entry (a count, free of noise);
 * long-session linearity: plain sessions (no reset, packet or plan: every closed turn
   stays in every request) of 5k, 10k, 20k and 40k turns, replayed by the engine alone,
   and the ratio of each doubling (target <= 2.2; before the closed part kept its running
@@ -609,11 +609,14 @@ def main() -> None:
         against_baseline(baseline, root, size, 1 if args.quick else args.pairs, repeat)
     if args.fleet_only:
         return
-    # Linearity. A session's length is its tokens: what the replay counts, and what
-    # the tokenizer's time follows. Its bytes are a poorer measure: code and logs cost
-    # ~2.5 times prose per byte, and a generated session's bytes are dominated by a few
+    # Linearity. A session's length is its iterations (model requests): what the
+    # engine's per-entry work follows, which is most of a replay since the tokenizer
+    # became cheap (toktok). Its tokens (what the replay counts, and what the
+    # tokenizer's time follows: the measure while the tokenizer dominated) and its bytes
+    # are printed too; bytes are the poorest measure: code and logs cost ~2.5 times
+    # prose per byte, and a generated session's bytes are dominated by a few
     # heavy-tailed tool results, so a doubling of bytes measured the content mix as
-    # much as the replay (it is printed too). Each length sums four sessions (seeds),
+    # much as the replay. Each length sums four sessions (seeds),
     # and more figures separate the replay from the tokenizer and from the machine's
     # noise: the engine alone (a tokenizer that costs nothing), the replay's time per
     # unit of its own tokenizer floor, and the engine's Python calls per entry (both
@@ -627,13 +630,14 @@ def main() -> None:
               f"({p.replay / p.floor:.2f} x its tokenizer floor; engine alone "
               f"{p.engine:.3f} s, {p.calls_per_entry:.0f} Python calls per entry)")
         if prev:
-            for unit, now, before_n in (("tokens", p.tokens, prev.tokens),
+            for unit, now, before_n in (("iterations", p.iterations, prev.iterations),
+                                        ("tokens", p.tokens, prev.tokens),
                                         ("bytes", p.size, prev.size)):
                 replay, engine, floor = (per_doubling(getattr(p, k), getattr(prev, k),
                                                       now, before_n)
                                          for k in ("replay", "engine", "floor"))
-                target = " (target <= 2.2)" if unit == "tokens" else ""
-                print(f"           per doubling of {unit:6s}: replay {replay:.2f} x{target}, "
+                target = " (target <= 2.2)" if unit == "iterations" else ""
+                print(f"           per doubling of {unit:10s}: replay {replay:.2f} x{target}, "
                       f"engine alone {engine:.2f} x, tokenizer floor {floor:.2f} x")
         prev = p
     long_linearity(long_lengths, rounds=long_rounds)

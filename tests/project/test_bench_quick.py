@@ -33,7 +33,8 @@ EXPECTED: dict[str, list[str]] = {
         r"tiktoken floor",
         r"full replay, \w+Tokenizer against tiktoken: [\d.]+ x the ledger MB/s .* x by CPU",
         r"^full replay against HEAD: (median [\d.]+ x the ledger MB/s|skipped)",
-        r"per doubling of tokens: replay [\d.]+ x",
+        r"per doubling of iterations: replay [\d.]+ x \(target",
+        r"per doubling of tokens +: replay [\d.]+ x",
         r"long linearity: .* per doubling of turns [\d.]+ x",
     ],
     "ccusage_compare": [
