@@ -84,6 +84,7 @@ from pipeline.replay.catalog import load_catalog
 from pipeline.replay.projection import canonical_json, get_rule_set
 from pipeline.replay.session import replay_session
 from pipeline.replay.tokens import ExactTokenizer, _encoding, get_tokenizer
+from pipeline.run.collector import cyclic_gc_paused
 from pipeline.run.orchestrate import run_audit
 from pipeline.run.replay_batches import ReplayOptions
 from pipeline.synth.generator import generate_session
@@ -356,7 +357,8 @@ def linearity_points(lengths: Iterable[int], seeds: Iterable[int],
         partial(replay_session, s.key, s.chain, rules=rules, tokenizer=LengthTokenizer(),
                 catalog=catalog),
         partial(tokenizer_floor, s.texts, default_count()))]
-    timings = iter(best_of(rounds, *runs))
+    with cyclic_gc_paused():  # as a worker replays an object
+        timings = iter(best_of(rounds, *runs))
     best = {(i, kind): next(timings).wall for i in range(len(sessions)) for kind in kinds}
     calls = []
     for s in sessions:
@@ -455,7 +457,10 @@ def long_linearity(lengths: Iterable[int], rounds: int) -> None:
         key, chain = plain_chain(turns)
         run = partial(replay_session, key, chain, rules=rules, tokenizer=LengthTokenizer(),
                       catalog=catalog)
-        seconds = min(t.wall for t in best_of(rounds, run))
+        # As a worker replays an object: the cyclic collector paused (else its full
+        # collections rescan the engine's growing state, and this chain, ever longer).
+        with cyclic_gc_paused():
+            seconds = min(t.wall for t in best_of(rounds, run))
         ratio = ""
         if prev is not None:
             ratio = (f", per doubling of turns {per_doubling(seconds, prev[1], turns, prev[0]):.2f}"
@@ -471,10 +476,15 @@ def measure_big(path: str) -> dict[str, Any]:
     """Audit and replay (the default tokenizer) the one session at ``path`` as one
     worker's task does (lines streamed, the active chain re-read from the file); time and
     peak memory."""
-    from pipeline.io.storage import guarded_lines
-
     key = parse_session_path(PLAIN_PATH)
     assert key is not None
+    with cyclic_gc_paused():  # as a worker reads an object
+        return _measure_big(key, path)
+
+
+def _measure_big(key: Any, path: str) -> dict[str, Any]:
+    from pipeline.io.storage import guarded_lines
+
     before = peak_rss_bytes()
     t0 = time.perf_counter()
     stats = LineStats()

@@ -35,6 +35,7 @@ from pipeline.ledger.reader import MAX_DETAIL_CHARS, Entry
 from pipeline.ledger.redact import quote
 from pipeline.ledger.segments import SegmentCheckpoint, SegmentLines, SegmentReport
 from pipeline.ledger.types import Code, Finding
+from pipeline.run.collector import cyclic_gc_paused
 from pipeline.tables.schemas import findings_table, sessions_table, subagents_table, usage_table
 
 #: A session up to this size keeps its parsed entries from the audit for the replay
@@ -340,8 +341,10 @@ def _tee(taps: list[Tap]) -> Tap | None:
 def audit_object(root: Location, obj: SessionObject,
                  context: RunContext | None = None,
                  watch: EndpointWatch | None = None) -> SessionAudit:
-    """Audit one session object (:func:`read_object`, nothing spooled)."""
-    return read_object(root, obj, context or RunContext(), watch=watch).audit
+    """Audit one session object (:func:`read_object`, nothing spooled), the cyclic
+    collector paused meanwhile (:func:`~pipeline.run.collector.cyclic_gc_paused`)."""
+    with cyclic_gc_paused():
+        return read_object(root, obj, context or RunContext(), watch=watch).audit
 
 
 def audit_batch(root: Location, index: int, batch: list[SessionObject],

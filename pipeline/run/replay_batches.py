@@ -58,6 +58,7 @@ from pipeline.run.batches import (
     not_attempted,
     read_object,
 )
+from pipeline.run.collector import cyclic_gc_paused
 from pipeline.tables.schemas import (
     CHECKPOINTS_SCHEMA,
     COMPACTION_SCHEMA,
@@ -250,29 +251,31 @@ def audit_and_replay(
     the object was not read; a replay that raises (a bug; not the errors of
     :data:`~pipeline.run.batches.UNCONTAINED`) makes it ``audit_failed`` like an audit
     that raised, with no replay (the hasher of the read is kept: it judges the history
-    all the same).
+    all the same). The cyclic collector is paused meanwhile
+    (:func:`~pipeline.run.collector.cyclic_gc_paused`).
     """
     if spool is None:
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as temporary:
             return audit_and_replay(root, obj, options, context, new_hasher, watch,
                                     spool=temporary, new_engine=new_engine,
                                     segments_before=segments_before)
-    read = read_object(root, obj, context, spool=spool, new_hasher=new_hasher, watch=watch,
-                       segments_before=segments_before)
-    if not read.read:
-        return read, None, None
-    try:
-        replayed = replay_spooled(obj, read.audit, spool, options, read.kept,
-                                  max_line_bytes=context.max_line_bytes,
-                                  new_engine=new_engine)
-        copy = _write_archive(obj, read.audit, spool, replayed, context, root)
-    except UNCONTAINED:
-        raise
-    except Exception as err:
-        # Like an audit that raised: the object is ``audit_failed``, nothing of its
-        # audit kept (no figures, no usage rows without their requests).
-        return replace(read, audit=failed(obj, err), read=False, kept=None), None, None
-    return read, replayed, copy
+    with cyclic_gc_paused():
+        read = read_object(root, obj, context, spool=spool, new_hasher=new_hasher,
+                           watch=watch, segments_before=segments_before)
+        if not read.read:
+            return read, None, None
+        try:
+            replayed = replay_spooled(obj, read.audit, spool, options, read.kept,
+                                      max_line_bytes=context.max_line_bytes,
+                                      new_engine=new_engine)
+            copy = _write_archive(obj, read.audit, spool, replayed, context, root)
+        except UNCONTAINED:
+            raise
+        except Exception as err:
+            # Like an audit that raised: the object is ``audit_failed``, nothing of its
+            # audit kept (no figures, no usage rows without their requests).
+            return replace(read, audit=failed(obj, err), read=False, kept=None), None, None
+        return read, replayed, copy
 
 
 def checkpoint_rows(path: str, before: Checkpoint | None, audit: SessionAudit,
