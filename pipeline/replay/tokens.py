@@ -305,14 +305,12 @@ def get_tokenizer(name: str = "cl100k_base") -> Tokenizer:
     """
     wanted = os.environ.get("VAKPIPE_TOKENIZER", "").lower()
     forced = TOKENIZERS.get(wanted)
-    if forced is not None:
+    # The first counter that loads here; a Rust one that cannot raises ImportError.
+    for kind in dict.fromkeys(k for k in (forced, ToktokTokenizer, BpeTokenizer) if k):
         try:
-            return forced(name)
+            return kind(name)
         except ImportError as err:
-            _log.warning("vakpipe: VAKPIPE_TOKENIZER=%s cannot count here (%s); "
-                         "counting with the default", wanted, err)
-    if toktok_available():
-        return ToktokTokenizer(name)
-    if bpe_available():
-        return BpeTokenizer(name)
+            if kind is forced:
+                _log.warning("vakpipe: VAKPIPE_TOKENIZER=%s cannot count here (%s); "
+                             "counting with the default", wanted, err)
     return TiktokenTokenizer(name)

@@ -308,6 +308,14 @@ def test_get_tokenizer_prefers_toktok_then_bpe_and_any_on_request(
         with caplog.at_level(logging.WARNING, logger="pipeline.replay.tokens"):
             assert chosen() is BpeTokenizer
         assert "VAKPIPE_TOKENIZER=toktok cannot count here" in caplog.text
+        # Nor bpe-openai's wheel: tiktoken counts.
+        monkeypatch.delenv("VAKPIPE_TOKENIZER")
+
+        def no_wheel(name: str) -> None:
+            raise ImportError("no bpe-openai wheel here")
+
+        monkeypatch.setattr(tokens, "_bpe", no_wheel)
+        assert chosen() is TiktokenTokenizer
     finally:
         get_tokenizer.cache_clear()
 
