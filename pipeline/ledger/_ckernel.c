@@ -1305,17 +1305,21 @@ ckernel_worth_it(PyObject *Py_UNUSED(module), PyObject *body)
 /* ------------------------------------------------------------------------------------ */
 /* A whole entry in one call: reader.py's parse_entry for a line the C kernel reads.
  *
- *     entry(body: bytes, line: int) -> LazyEntry | None
+ *     entry(body: bytes, line: int) -> LazyEntry | Entry | None
  *
  * worth_it, scan, the timestamp's check (reader.valid_ts: its shape and a real
  * calendar date), SHA-256 (hashlib's, so the same OpenSSL digest), the payload and the
- * entry tuple, without a Python frame between them. None where parse_entry would read
- * the line with orjson (not worth it, not vouched for, a timestamp it refuses): the
- * caller then does, and the verdict, envelope and payload are the same either way. The
+ * entry tuple, without a Python frame between them. A line not worth scanning (a
+ * receipt, a header: the audit reads all of it) takes parse_entry_orjson's common path
+ * in C instead (eager_entry). None where parse_entry would go on to another path (not
+ * vouched for, a timestamp it refuses, an unusual envelope): the caller then reads the
+ * line with orjson, and the verdict, envelope and payload are the same either way. The
  * types and hashlib's sha256 are given once by configure(). */
 
-static PyTypeObject *entry_type = NULL;
+static PyTypeObject *entry_type = NULL, *eager_type = NULL;
 static PyObject *payload_type = NULL, *sha256_func = NULL, *s_hexdigest = NULL;
+static PyObject *s_parent_id = NULL, *s_kind = NULL, *s_ts = NULL, *s_prev_hash = NULL,
+                *s_at_turn = NULL;
 
 static inline int
 digits(const Py_UCS1 *s, int n, int *out)
@@ -1369,12 +1373,13 @@ static PyObject *payload_slots[PAYLOAD_SLOTS];
 static PyObject *
 ckernel_configure(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !PyType_Check(args[0])
+    if (nargs != 4 || !PyType_Check(args[0])
         || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)
-        || !PyType_Check(args[1]) || !PyCallable_Check(args[2])) {
+        || !PyType_Check(args[1]) || !PyCallable_Check(args[2]) || !PyType_Check(args[3])
+        || !PyType_IsSubtype((PyTypeObject *)args[3], &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError,
-                        "configure() wants the entry type (a tuple subclass), the payload "
-                        "type and hashlib.sha256");
+                        "configure() wants the lazy entry type (a tuple subclass), the "
+                        "payload type, hashlib.sha256 and the entry type (a tuple subclass)");
         return NULL;
     }
     PyObject *slots[PAYLOAD_SLOTS];
@@ -1396,6 +1401,7 @@ ckernel_configure(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
     Py_XSETREF(entry_type, (PyTypeObject *)Py_NewRef(args[0]));
     Py_XSETREF(payload_type, Py_NewRef(args[1]));
     Py_XSETREF(sha256_func, Py_NewRef(args[2]));
+    Py_XSETREF(eager_type, (PyTypeObject *)Py_NewRef(args[3]));
     Py_RETURN_NONE;
 }
 
@@ -1421,6 +1427,92 @@ new_payload(PyObject *body, PyObject *data, PyObject *view, PyObject *mapper)
 
 #define ENTRY_FIELDS 9
 
+/* The hex SHA-256 of body, by hashlib's sha256 (the same OpenSSL digest). */
+static PyObject *
+hex_digest(PyObject *body)
+{
+    PyObject *hash = PyObject_CallOneArg(sha256_func, body);
+    if (!hash) {
+        return NULL;
+    }
+    PyObject *digest = PyObject_CallMethodNoArgs(hash, s_hexdigest);
+    Py_DECREF(hash);
+    return digest;
+}
+
+/* An optional envelope field of a parsed line, as reader.parse_entry_orjson accepts it:
+ * a str, or absent (never null): 1 with *out borrowed (NULL when absent), 0 refused. */
+static inline int
+optional_str(PyObject *obj, PyObject *key, PyObject **out)
+{
+    PyObject *v = PyDict_GetItemWithError(obj, key);
+    *out = v;
+    return v ? PyUnicode_CheckExact(v) : !PyErr_Occurred();
+}
+
+/* reader.parse_entry_orjson's common case in one call, for a line the audit reads
+ * whole (a receipt, a header: worth_it is false): orjson parses it, the envelope is
+ * read from the dict with the same checks (id and kind non-empty strings, parent_id a
+ * string or null, prev_hash and at_turn strings or absent, the timestamp valid), and the
+ * entry is an eager one (its data the parsed dict). None where that function would take
+ * another path (the line is not JSON, not an object, an envelope field is unusual): it
+ * then reads the line again, decides and says why, so the verdict cannot differ. */
+static PyObject *
+eager_entry(PyObject *body, PyObject *line)
+{
+    PyObject *obj = PyObject_CallOneArg(orjson_loads, body);
+    if (!obj) {
+        if (PyErr_ExceptionMatches(PyExc_ValueError)) { /* orjson.JSONDecodeError */
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        return NULL;
+    }
+    PyObject *entry = NULL, *digest = NULL;
+    PyObject *ident, *parent, *kind, *ts, *prev, *at_turn;
+    if (!PyDict_CheckExact(obj)) {
+        goto defer;
+    }
+    ident = PyDict_GetItemWithError(obj, s_id);
+    parent = ident ? PyDict_GetItemWithError(obj, s_parent_id) : NULL;
+    kind = parent ? PyDict_GetItemWithError(obj, s_kind) : NULL;
+    ts = kind ? PyDict_GetItemWithError(obj, s_ts) : NULL;
+    if (!ts || PyErr_Occurred()) {
+        goto defer;
+    }
+    if (!PyUnicode_CheckExact(ident) || PyUnicode_GET_LENGTH(ident) == 0
+        || !(parent == Py_None || PyUnicode_CheckExact(parent))
+        || !PyUnicode_CheckExact(kind) || PyUnicode_GET_LENGTH(kind) == 0
+        || !optional_str(obj, s_prev_hash, &prev) || !optional_str(obj, s_at_turn, &at_turn)
+        || !PyUnicode_CheckExact(ts) || !PyUnicode_IS_ASCII(ts)
+        || !valid_ts_ascii(PyUnicode_1BYTE_DATA(ts), PyUnicode_GET_LENGTH(ts))) {
+        goto defer;
+    }
+    digest = hex_digest(body);
+    if (!digest) {
+        goto done;
+    }
+    entry = eager_type->tp_alloc(eager_type, ENTRY_FIELDS);
+    if (!entry) {
+        goto done;
+    }
+    PyObject *items[ENTRY_FIELDS] = {line, ident, parent, kind, ts, prev ? prev : Py_None,
+                                     at_turn ? at_turn : Py_None, digest, obj};
+    for (int i = 0; i < ENTRY_FIELDS; i++) {
+        PyTuple_SET_ITEM(entry, i, Py_NewRef(items[i]));
+    }
+    goto done;
+defer:
+    if (PyErr_Occurred()) { /* a key's hash or compare failed: orjson's keys are str */
+        goto done;
+    }
+    entry = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(digest);
+    Py_DECREF(obj);
+    return entry;
+}
+
 static PyObject *
 ckernel_entry(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1436,7 +1528,7 @@ ckernel_entry(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
     const char *buf = PyBytes_AS_STRING(body);
     Py_ssize_t size = PyBytes_GET_SIZE(body);
     if (!worth_it_impl(buf, size)) {
-        Py_RETURN_NONE;
+        return eager_entry(body, args[1]);
     }
     PyObject *found = scan_impl((const u8 *)buf, size);
     if (!found || found == Py_None) {
@@ -1449,13 +1541,8 @@ ckernel_entry(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
         Py_DECREF(found);
         Py_RETURN_NONE;
     }
-    PyObject *entry = NULL, *payload = NULL, *digest = NULL;
-    PyObject *hash = PyObject_CallOneArg(sha256_func, body);
-    if (!hash) {
-        goto done;
-    }
-    digest = PyObject_CallMethodNoArgs(hash, s_hexdigest);
-    Py_DECREF(hash);
+    PyObject *entry = NULL, *payload = NULL;
+    PyObject *digest = hex_digest(body);
     if (!digest) {
         goto done;
     }
@@ -1602,13 +1689,15 @@ static PyMethodDef ckernel_methods[] = {
      "scan_transcript(result_type, body: bytes) -> result_type | None: validate a Claude "
      "Code line, read what its adapter reads (pipeline/formats/claude_code.py's scan)."},
     {"entry", (PyCFunction)(void (*)(void))ckernel_entry, METH_FASTCALL,
-     "entry(body: bytes, line: int) -> LazyEntry | None: reader.parse_entry's entry for "
-     "a line the C kernel vouches for, None where orjson reads it."},
+     "entry(body: bytes, line: int) -> LazyEntry | Entry | None: reader.parse_entry's "
+     "entry for a line the C kernel vouches for (an eager one for a receipt or a header, "
+     "parsed by orjson), None where parse_entry's other paths read it."},
     {"lazy", (PyCFunction)(void (*)(void))ckernel_lazy, METH_FASTCALL,
      "lazy(line, id, parent, kind, ts, digest, body, view, mapper=None) -> LazyEntry: "
      "reader.lazy_entry's entry."},
     {"configure", (PyCFunction)(void (*)(void))ckernel_configure, METH_FASTCALL,
-     "configure(entry_type, payload_type, sha256): what entry() and lazy() build with."},
+     "configure(lazy_type, payload_type, sha256, entry_type): what entry() and lazy() "
+     "build with."},
     {"any_in", (PyCFunction)(void (*)(void))ckernel_any_in, METH_FASTCALL,
      "any_in(text: str, ranges: bytes) -> bool: whether text holds a code point of "
      "ranges (native uint32 pairs first, last; sorted, disjoint)."},
@@ -1649,8 +1738,14 @@ PyInit__ckernel(void)
     s_usage = PyUnicode_InternFromString("usage");
     s_data = PyUnicode_InternFromString("data");
     s_hexdigest = PyUnicode_InternFromString("hexdigest");
+    s_parent_id = PyUnicode_InternFromString("parent_id");
+    s_kind = PyUnicode_InternFromString("kind");
+    s_ts = PyUnicode_InternFromString("ts");
+    s_prev_hash = PyUnicode_InternFromString("prev_hash");
+    s_at_turn = PyUnicode_InternFromString("at_turn");
     if (!s_message || !s_role || !s_content || !s_type || !s_meta || !s_model || !s_id
-        || !s_usage || !s_data || !s_hexdigest) {
+        || !s_usage || !s_data || !s_hexdigest || !s_parent_id || !s_kind || !s_ts
+        || !s_prev_hash || !s_at_turn) {
         return NULL;
     }
     for (int i = 0; i < CC_NSCALARS; i++) {

@@ -214,7 +214,7 @@ scan_transcript_c: Callable[[type[Any], bytes], Any] | None
 entry_c: Callable[[bytes, int], Any] | None
 #: reader.lazy_entry's entry built in C (the same arguments), or ``None``.
 lazy_c: Callable[..., Any] | None
-configure_c: Callable[[type[Any], type[Any], Callable[[bytes], Any]], None] | None
+configure_c: Callable[[type[Any], type[Any], Callable[[bytes], Any], type[Any]], None] | None
 #: Whether a text holds a code point of the given ranges (``any_in_c(text, ranges)``,
 #: ``ranges`` native uint32 pairs ``first, last``, sorted; pipeline/replay/tokens.py's
 #: guard), or ``None``.

@@ -217,7 +217,7 @@ def lazy_entry(line: int, ident: str, parent: str | None, kind: str, ts: str, di
 lazy_entry_py = lazy_entry
 
 if _configure_c is not None and _lazy_c is not None:
-    _configure_c(LazyEntry, _Payload, hashlib.sha256)
+    _configure_c(LazyEntry, _Payload, hashlib.sha256, Entry)
     # The same entry from C, without lazy_entry's frame and _Payload.__init__'s: once a
     # line of a transcript (pipeline/formats).
     lazy_entry = _lazy_c
