@@ -65,6 +65,7 @@ EXPECTED: dict[str, list[str]] = {
     "audit_throughput": [r"^raw floor \(read\+sha256\+orjson",
                          r"vakpipe audit, 1 worker: .* x floor",
                          r"vakpipe audit, 2 workers: .* x 1 worker",
+                         r"ceiling for that ratio: the floor in 2 processes = [\d.]+ x 1 process",
                          r"whole audit of each session: .* x floor's time",
                          r"MB session, 1 worker: .* peak worker RSS"],
     "compaction_overhead": [r"sessions need packets",
