@@ -81,8 +81,6 @@ class _Receipt:
     model: str | None
     purpose: str | None
     metered: list[_Metered]
-    #: The assistant message it belongs to (its parent), once the tree is complete.
-    owner: Node | None = None
 
 
 class _Directive:
@@ -285,6 +283,15 @@ def _header_fields(entry: Entry, bad: list[Finding]) -> dict[str, Any]:
     }
 
 
+def _owner(tree: TreeIndex, receipt: Node) -> Node | None:
+    """The assistant message a receipt's node belongs to: its parent, if that is a
+    request. Looked up, never kept on the receipt: the message keeps its receipt, and a
+    link back would make every such pair a reference cycle, left to the cyclic collector
+    (docs/scaling.md)."""
+    parent = tree.by_id.get(receipt.parent_id or "")
+    return parent if parent is not None and type(parent.info) is _Request else None
+
+
 def _figures(tree: TreeIndex) -> dict[str, Any]:
     """Per-session counts and usage: active chain and abandoned branches apart."""
     usage = {True: _ZERO, False: _ZERO}
@@ -299,11 +306,9 @@ def _figures(tree: TreeIndex) -> dict[str, Any]:
             failed += info.failed
             # A receipt belongs to the assistant message it follows: it stands in for a
             # message that carries no usage of its own.
-            parent = tree.by_id.get(node.parent_id or "")
-            if parent is not None and isinstance(parent.info, _Request):
-                info.owner = parent
-                if parent.info.receipt is None and info.winning is not None:
-                    parent.info.receipt = info
+            owner = _owner(tree, node)
+            if owner is not None and owner.info.receipt is None and info.winning is not None:
+                owner.info.receipt = info
     for node in tree.nodes:
         info = node.info
         if isinstance(info, _Request):
@@ -404,7 +409,7 @@ def _usage_rows(tree: TreeIndex, header: dict[str, Any],
                     billed, billed and active, "abandoned" if billed and not active else None,
                     info.write_1h, info.mirror or subagent))
         elif kind is _Receipt and info.metered:
-            owner = info.owner
+            owner = _owner(tree, node)
             active = owner.on_active_chain if owner is not None else node.on_active_chain
             # A second receipt of the same message billed the same answer again: a retry.
             counts = owner is None or owner.info.receipt is info

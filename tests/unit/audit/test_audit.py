@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,24 @@ def test_receipt_not_following_an_assistant_message_is_only_billed() -> None:
     b.receipt([attempt(0, "ok", usage(40, 4))], winning=0, parent=u)
     row = audit_bytes(b.to_bytes()).row
     assert row["input_tokens"] == 0 and row["billed_input_tokens"] == 40
+
+
+def test_an_audit_leaves_no_reference_cycles() -> None:
+    # A worker reads each object with the cyclic collector paused (docs/scaling.md):
+    # what the audit built must go with reference counts, receipts and their messages
+    # (retries, a fallback, an abandoned branch, a receipt on a user message) included.
+    b, _ = figures_session()
+    data = b.to_bytes()
+    audit_bytes(data)  # imports and caches of a first audit, once
+    gc.collect()
+    gc.disable()
+    try:
+        audit = audit_bytes(data)
+        assert audit.usage
+        del audit
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
 
 
 def test_malformed_usage_is_ignored() -> None:
