@@ -3,9 +3,10 @@
 The batches run on an :class:`Executor`: ``dask.distributed`` (a LocalCluster of
 processes sized to the machine, or an existing scheduler: ``--scheduler`` /
 ``DASK_SCHEDULER_ADDRESS``), or, for an archive small enough that starting a cluster
-would cost more than it saves (:data:`LOCAL_MAX_BYTES`), this process itself, through
+would cost more than it saves (:data:`LOCAL_MAX_BYTES` for a run that replays,
+:data:`LOCAL_MAX_AUDIT_BYTES` for one that only audits), this process itself, through
 the same per-batch functions. dask and distributed are imported only when a cluster is
-used (they cost ~1.5 s to import).
+used (~0.2 s to import, with bytecode).
 """
 
 from __future__ import annotations
@@ -188,12 +189,16 @@ def _may_set_address(path: str) -> bool:
         return True
 
 
-#: A run whose listing holds at most this many bytes and :data:`LOCAL_MAX_SESSIONS`
-#: sessions runs in this process: starting and closing a LocalCluster costs 3-6 s (and
-#: importing distributed 1.5 s) against an in-process audit of 15-80 MB/s (replay:
-#: ~5 MB/s) on one core, so below ~30 MB a cluster finishes later even on many cores.
-#: docs/reliability.md ("Signals and setup errors") has the measurements.
+#: A run that replays (replay, nightly, compaction) whose listing holds at most this many
+#: bytes and :data:`LOCAL_MAX_SESSIONS` sessions runs in this process: importing
+#: distributed and starting and closing a LocalCluster cost ~0.8 s of the command's wall
+#: against an in-process replay of ~40 MB/s on one core, so a cluster finishes later
+#: below ~75 MB on two cores and ~35 MB on many (extrapolated from the two-core slopes).
+#: docs/reliability.md ("Small archives in process") has the measurements.
 LOCAL_MAX_BYTES = 32 * 2**20
+#: The same for a run that only audits: ~175 MB/s in process, so a cluster finishes later
+#: below ~340 MB on two cores and ~135 MB on sixteen.
+LOCAL_MAX_AUDIT_BYTES = 128 * 2**20
 LOCAL_MAX_SESSIONS = 2000
 #: Seconds to wait for a scheduler given by address before giving up (distributed's
 #: own default is 30 s, retried: a mistyped address cost a minute).
@@ -314,24 +319,26 @@ class LocalExecutor:
         return _InOrder(handles)
 
 
-def runs_in_process(listing: Listing, scheduler: str | None, workers: int | None) -> bool:
+def runs_in_process(listing: Listing, scheduler: str | None, workers: int | None,
+                    replays: bool = True) -> bool:
     """Whether a run of ``listing`` executes in this process: ``workers == 0``
     (``--workers 0``), or no scheduler to join, no ``--workers`` asked for and a listing
-    within :data:`LOCAL_MAX_BYTES` and :data:`LOCAL_MAX_SESSIONS`."""
+    within :data:`LOCAL_MAX_SESSIONS` and :data:`LOCAL_MAX_BYTES` (a run that replays) or
+    :data:`LOCAL_MAX_AUDIT_BYTES` (``replays=False``: one that only audits)."""
     if workers == 0:
         return True
     if workers is not None or scheduler_address(scheduler):
         return False
-    return (listing.total_bytes <= LOCAL_MAX_BYTES
+    return (listing.total_bytes <= (LOCAL_MAX_BYTES if replays else LOCAL_MAX_AUDIT_BYTES)
             and len(listing.sessions) <= LOCAL_MAX_SESSIONS)
 
 
 @contextmanager
 def executor_for(listing: Listing, scheduler: str | None = None, workers: int | None = None,
-                 threads: bool = False) -> Iterator[Executor]:
+                 threads: bool = False, replays: bool = True) -> Iterator[Executor]:
     """The executor a run of ``listing`` uses (see :func:`runs_in_process`); ``threads``
     (memory://) makes a LocalCluster's workers threads of this process."""
-    if runs_in_process(listing, scheduler, workers):
+    if runs_in_process(listing, scheduler, workers, replays):
         yield LocalExecutor()
         return
     with dask_client(scheduler, workers, processes=not threads) as client:
@@ -793,7 +800,8 @@ def execute_run(
 
     try:
         if listing.sessions:
-            with executor_for(listing, scheduler, workers, threads=in_process) as run:
+            with executor_for(listing, scheduler, workers, threads=in_process,
+                              replays=replay is not None) as run:
                 summary.failed_batches += run_batches(
                     run, root, listing, collect, context, progress=progress,
                     replay=replay, previous=previous)

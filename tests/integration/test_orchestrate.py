@@ -31,12 +31,15 @@ from pipeline.io.storage import Listing, Location, SessionObject, enumerate_sess
 from pipeline.ledger.layout import SessionKey
 from pipeline.run.batches import audit_batch
 from pipeline.run.orchestrate import (
+    LOCAL_MAX_AUDIT_BYTES,
+    LOCAL_MAX_SESSIONS,
     MAX_BATCH_BYTES,
     MAX_BATCH_FILES,
     MIN_BATCH_BYTES,
     TASKS_PER_WORKER,
     plan_batches,
     run_audit,
+    runs_in_process,
 )
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
@@ -119,6 +122,48 @@ def test_plan_batches_giant_sessions_travel_alone() -> None:
     sessions = objects([10, MAX_BATCH_BYTES * 2, 10, MAX_BATCH_BYTES * 3, 10])
     batches = check_plan(sessions, 2)
     assert [len(b) for b in batches] == [1, 1, 1, 1, 1]
+
+
+# --- runs_in_process ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("mb", "replays", "local"), [
+    (1, True, True), (32, True, True), (33, True, False), (33, False, True),
+    (128, False, True), (129, False, False), (129, True, False)])
+def test_a_small_run_executes_in_process_by_what_it_does(
+        mb: int, replays: bool, local: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A run that only audits stays in process up to 128 MiB, one that replays up to 32
+    # MiB (docs/reliability.md, "Small archives in process").
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    listing = Listing(objects([mb * MB // 4] * 4), 0)
+    assert runs_in_process(listing, None, None, replays) is local
+    assert runs_in_process(listing, None, 0, replays)  # --workers 0: always
+    assert not runs_in_process(listing, None, 2, replays)  # --workers N: never
+    many = Listing(objects([1] * (LOCAL_MAX_SESSIONS + 1)), 0)
+    assert not runs_in_process(many, None, None, replays)
+    assert orchestrate.LOCAL_MAX_BYTES == 32 * MB and LOCAL_MAX_AUDIT_BYTES == 128 * MB
+
+
+def test_a_run_asks_by_whether_it_replays(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.run.replay_batches import ReplayOptions
+
+    asked: list[bool] = []
+    real = orchestrate.runs_in_process
+
+    def spy(listing: Listing, scheduler: str | None, workers: int | None,
+            replays: bool = True) -> bool:
+        asked.append(replays)
+        return real(listing, scheduler, 0, replays)  # run here whatever it answers
+
+    monkeypatch.setattr(orchestrate, "runs_in_process", spy)
+    root = tmp_path / "archive"
+    (root / "agents/vak/sessions/h").mkdir(parents=True)
+    (root / "agents/vak/sessions/h/s.jsonl").write_bytes(sample_session().to_bytes())
+    run_audit(resolve(str(root)), resolve(str(tmp_path / "out")), progress=False)
+    run_audit(resolve(str(root)), resolve(str(tmp_path / "replayed")), progress=False,
+              replay=ReplayOptions())
+    assert asked == [False, True]
 
 
 # --- run_audit on a faulty fleet in S3 ----------------------------------------------------
