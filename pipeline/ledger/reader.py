@@ -314,7 +314,8 @@ def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
     """
     if _worth_it is _WORTH_IT_C and _entry_c is not None:
         # The C kernel: the steps below (worth_it, scan, the timestamp, SHA-256, the
-        # entry) in one call, None where they would end in orjson's reading.
+        # entry) in one call, and for a receipt or a header parse_entry_orjson's common
+        # path; None where parse_entry_orjson must read the line and decide.
         entry = _entry_c(body, line)
         return (entry, False, "") if entry is not None else parse_entry_orjson(body, line)
     found = _scan(body) if _worth_it(body) else None

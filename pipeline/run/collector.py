@@ -11,9 +11,9 @@ sessions of the benchmark fleet gain nothing measurable (docs/scaling.md).
 
 What a paused collector gives up: cycles that become garbage during the session wait
 for the end of it. Neither the audit nor the replay leaves any (a receipt's message is
-looked up, not linked back: ~0.2 objects a session of the benchmark fleet reach the
-collector, against 84 when it was linked); when the pause ends, the next automatic
-collection takes what there is.
+looked up, not linked back: none of the audit's objects reach the collector, against 84
+a session of the benchmark fleet when it was linked); when the pause ends, the next
+automatic collection takes what there is.
 """
 
 from __future__ import annotations
