@@ -63,6 +63,8 @@ _DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(?:/[A-Za-z0-9][A-Za-z0-9_
 #: The names a commit gives its Parquet parts: the only entries of a dataset folder a
 #: clean-up ever removes without a manifest naming them.
 _PART_NAME = re.compile(r"part-[A-Za-z0-9_.-]+\.parquet")
+#: The codec of every Parquet part a run writes.
+PART_COMPRESSION = "zstd"
 #: Set by ``--force`` (:func:`recovering_manifests`).
 _RECOVER: ContextVar[bool] = ContextVar("vakpipe_recover_manifests", default=False)
 
@@ -257,6 +259,28 @@ def check_vakpipe_output(out: Location, *, also: Iterable[str] = ()) -> None:
         "--force")
 
 
+@dataclass(frozen=True)
+class EncodedPart:
+    """One Parquet part's bytes, encoded where its table was made (a worker), and its
+    row count: a task ships a dataset the runner only writes as this, a tenth of its
+    table's size, and the runner writes the bytes as they are (:func:`encode_part`)."""
+
+    data: bytes
+    rows: int
+
+    def table(self) -> pa.Table:
+        """The part read back (the runner counts a compaction part's packets)."""
+        return pq.read_table(pa.BufferReader(self.data))
+
+
+def encode_part(table: pa.Table, schema: pa.Schema) -> EncodedPart:
+    """``table`` as the Parquet part :meth:`StagedRun.write_part` writes for a dataset
+    of ``schema``: cast to it, compressed with :data:`PART_COMPRESSION`."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table.cast(schema), sink, compression=PART_COMPRESSION)
+    return EncodedPart(sink.getvalue().to_pybytes(), table.num_rows)
+
+
 @dataclass
 class StagedRun:
     """The staging area of one run under an output location."""
@@ -282,20 +306,23 @@ class StagedRun:
         """Record files written under :meth:`stage_dir` for the commit to publish."""
         self._files.setdefault(dataset, set()).update(relpaths)
 
-    def write_part(self, dataset: str, index: int, table: pa.Table) -> None:
-        """Stage part ``index`` of ``dataset`` (rewriting it if it was staged before)."""
+    def write_part(self, dataset: str, index: int, part: pa.Table | EncodedPart) -> None:
+        """Stage part ``index`` of ``dataset`` (rewriting it if it was staged before):
+        a table, encoded here, or a part a worker encoded (:func:`encode_part`)."""
         if dataset not in self.schemas:
             raise KeyError(f"unknown dataset {dataset!r}")
+        if isinstance(part, pa.Table):
+            part = encode_part(part, self.schemas[dataset])
         fs = self.out.filesystem()
         path = posixpath.join(self.stage_path, dataset, f"part-{index:05d}.parquet")
         self.out.check_inside(path)
         try:
             self.out.makedirs(posixpath.dirname(path))
             with fs.open(path, "wb") as f:
-                pq.write_table(table.cast(self.schemas[dataset]), f, compression="zstd")
+                f.write(part.data)
         except storage_errors() as err:
             raise storage_error(err, self.out.url) from err
-        self._parts.setdefault(dataset, {})[index] = (path, table.num_rows)
+        self._parts.setdefault(dataset, {})[index] = (path, part.rows)
 
     def preflight(self, root: Location | None = None, files: Iterable[str] = ()) -> None:
         """Check, before any task runs, that this run can commit without harm.

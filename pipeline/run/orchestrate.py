@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from pipeline.audit.checkpoint import Checkpoint
 from pipeline.errors import ClusterError, UsageError
 from pipeline.io.archive import ARCHIVE
-from pipeline.io.commit import STAGING, StagedRun, new_run_id
+from pipeline.io.commit import STAGING, EncodedPart, StagedRun, encode_part, new_run_id
 from pipeline.io.storage import (
     MAX_LINE_BYTES,
     Listing,
@@ -58,6 +58,7 @@ from pipeline.tables.schemas import (
     CHECKPOINTS_SCHEMA,
     COMPACTION_DATASETS,
     DATASETS,
+    OUTPUT_DATASETS,
     REPLAY_DATASETS,
     compaction_counts,
 )
@@ -518,7 +519,8 @@ class RunSummary:
 def redacted(task: Callable[..., BatchResult], *args: Any, **kwargs: Any) -> BatchResult:
     """Run a batch task and redact every table it returns (see :mod:`pipeline.ledger.redact`).
 
-    Wraps every task of a run, on the worker: whatever a task copies from the
+    Runs inside every task of a run, on the worker (:func:`shipped`), before anything
+    is encoded: whatever a task copies from the
     transcripts (ids, models, details, summaries) reaches the output only redacted, and
     a finding's detail and entry id at most :data:`~pipeline.ledger.reader.MAX_DETAIL_CHARS`
     long, whichever module wrote the row.
@@ -526,12 +528,30 @@ def redacted(task: Callable[..., BatchResult], *args: Any, **kwargs: Any) -> Bat
     return redact_result(task(*args, **kwargs))
 
 
+def shipped(task: Callable[..., BatchResult], *args: Any, **kwargs: Any) -> BatchResult:
+    """:func:`redacted`, its further datasets then encoded as the Parquet parts the
+    runner writes (:func:`~pipeline.io.commit.encode_part`): what every task of a run
+    runs on its worker.
+
+    The runner reads a result's sessions and findings (the run's summary) and writes
+    the rest as it is: those are shipped encoded, a tenth of their tables' size, so
+    neither the transfer nor the encoding weighs on the one process that collects what
+    every worker sends (docs/scaling.md, "The runner's share").
+    """
+    result = redacted(task, *args, **kwargs)
+    result.extra = {name: encode_part(table, OUTPUT_DATASETS[name])
+                    if isinstance(table, pa.Table) else table
+                    for name, table in result.extra.items()}
+    return result
+
+
 def redact_result(result: BatchResult) -> BatchResult:
     """``result`` with every table redacted (see :func:`redacted`)."""
     result.sessions = redact_table(result.sessions)
     result.findings = redact_table(result.findings, limits={
         "detail": MAX_DETAIL_CHARS, "entry_id": MAX_DETAIL_CHARS})
-    result.extra = {name: redact_table(table) for name, table in result.extra.items()}
+    result.extra = {name: redact_table(table) if isinstance(table, pa.Table) else table
+                    for name, table in result.extra.items()}
     return result
 
 
@@ -589,11 +609,11 @@ def run_batches(
 
     def submit(index: int, batch: list[SessionObject]) -> Any:
         if replay is None:
-            handle = run.submit(redacted, audit_batch, root, index, batch, context)
+            handle = run.submit(shipped, audit_batch, root, index, batch, context)
         else:
             from pipeline.run.replay_batches import replay_batch
 
-            handle = run.submit(redacted, replay_batch, root, index, batch, replay,
+            handle = run.submit(shipped, replay_batch, root, index, batch, replay,
                                 None if previous is None else
                                 {o.key.path: previous.get(o.key.path) for o in batch},
                                 context)
@@ -789,7 +809,9 @@ def execute_run(
             staged.add_files(name, paths)
             summary.compaction[f"{name}_sessions"] += len(paths)
         if "compaction" in result.extra:
-            summary.compaction.update(compaction_counts(result.extra["compaction"]))
+            packets = result.extra["compaction"]
+            summary.compaction.update(compaction_counts(
+                packets.table() if isinstance(packets, EncodedPart) else packets))
         summary.statuses.update(result.statuses)
         summary.codes.update(result.codes)
         summary.note(result)

@@ -392,6 +392,11 @@ CHECKPOINTS_SCHEMA = pa.schema(
 )
 
 
+#: Every Parquet dataset a run may write, by name (a run writes those its options ask).
+OUTPUT_DATASETS: dict[str, pa.Schema] = {
+    **DATASETS, **REPLAY_DATASETS, **COMPACTION_DATASETS, "checkpoints": CHECKPOINTS_SCHEMA}
+
+
 def schemas_digest() -> str:
     """A digest of every output dataset's columns and types.
 
@@ -399,9 +404,7 @@ def schemas_digest() -> str:
     of tonight's tables: a column renamed or retyped since makes them stale, so the
     nightly fingerprint includes this and such a night reads everything again.
     """
-    schemas = {**DATASETS, **REPLAY_DATASETS, **COMPACTION_DATASETS,
-               "checkpoints": CHECKPOINTS_SCHEMA}
     text = "\n".join(f"{name}: {schema.field(i).name} {schema.field(i).type}"
-                     for name, schema in sorted(schemas.items())
+                     for name, schema in sorted(OUTPUT_DATASETS.items())
                      for i in range(len(schema)))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -33,7 +33,9 @@ from pipeline.io.commit import (
     MANIFEST,
     STAGING,
     SUCCESS,
+    EncodedPart,
     StagedRun,
+    encode_part,
     new_run_id,
     parse_manifest,
     read_dataset,
@@ -127,6 +129,24 @@ def test_rewriting_a_part_replaces_it(where: Places) -> None:
     run.write_part(SESSIONS, 0, session_rows("z"))
     run.commit({})
     assert read_dataset(where.out, SESSIONS)["session_path"].to_pylist() == ["z"]
+
+
+def test_a_part_encoded_elsewhere_is_written_as_it_came(where: Places) -> None:
+    """A worker's encoded part (:func:`encode_part`) is written byte for byte, counted
+    in the manifest, and reads back as the table staged here would."""
+    encoded = encode_part(session_rows("a", "b"), SESSIONS_SCHEMA)
+    assert isinstance(encoded, EncodedPart) and encoded.rows == 2
+    assert plain_rows(encoded.table()) == plain_rows(session_rows("a", "b"))
+    run = StagedRun(where.out, "run-e", DATASETS)
+    run.write_part(SESSIONS, 0, encoded)
+    run.write_part(SESSIONS, 1, session_rows("c"))
+    stage = snapshot(where.out)
+    assert stage[posixpath.join(STAGING, "run-e", SESSIONS, "part-00000.parquet")] == encoded.data
+    manifest = run.commit({})
+    assert manifest["datasets"][SESSIONS]["rows"] == 3
+    table = read_dataset(where.out, SESSIONS)
+    assert table.schema == SESSIONS_SCHEMA
+    assert sorted(table["session_path"].to_pylist()) == ["a", "b", "c"]
 
 
 def test_unknown_dataset_is_refused(where: Places) -> None:

@@ -20,13 +20,14 @@ from typing import Any
 import aiohttp
 import dask
 import fsspec
+import pyarrow as pa
 import pytest
 from distributed import Client
 from fsspec.implementations.memory import MemoryFileSystem
 
 import pipeline.run.orchestrate as orchestrate
 from pipeline.errors import OutputInsideArchiveError, UsageError
-from pipeline.io.commit import read_dataset, read_manifest
+from pipeline.io.commit import EncodedPart, read_dataset, read_manifest
 from pipeline.io.storage import Listing, Location, SessionObject, enumerate_sessions, resolve
 from pipeline.ledger.layout import SessionKey
 from pipeline.run.batches import audit_batch
@@ -38,10 +39,13 @@ from pipeline.run.orchestrate import (
     MIN_BATCH_BYTES,
     TASKS_PER_WORKER,
     plan_batches,
+    redacted,
     run_audit,
     runs_in_process,
+    shipped,
 )
 from pipeline.synth.fleet import write_fleet
+from pipeline.tables.schemas import OUTPUT_DATASETS
 from pipeline.synth.local_s3 import LocalS3
 from tests.helpers.ledgers import sample_session, session_key
 from tests.helpers.storage import BUCKET, plain_rows
@@ -382,6 +386,28 @@ def test_audit_batch_keeps_going_past_an_unreadable_object(
     assert result.codes["unreadable_object"] == 1
     assert result.statuses["error"] == 1 and sum(result.statuses.values()) == 3
     assert result.bytes_read == 3 * len(data)
+
+
+def test_a_task_ships_what_the_runner_only_writes_encoded(tmp_path: Path) -> None:
+    """Every task runs :func:`shipped`: the summary's tables (sessions, findings) as
+    tables, each further dataset as its redacted table encoded as the runner's part,
+    for the audit and the replay alike."""
+    from pipeline.run.replay_batches import ReplayOptions, replay_batch
+
+    root = resolve(str(tmp_path))
+    write_fleet(root, sessions=6, seed=3, faults=True)
+    batch = enumerate_sessions(root).sessions
+    for task, args in ((audit_batch, ()), (replay_batch, (ReplayOptions(),))):
+        plain = redacted(task, root, 0, batch, *args)
+        sent = shipped(task, root, 0, batch, *args)
+        assert plain_rows(sent.sessions) == plain_rows(plain.sessions)
+        assert plain_rows(sent.findings) == plain_rows(plain.findings)
+        assert sent.extra.keys() == plain.extra.keys() >= {"usage"}
+        for name, part in sent.extra.items():
+            table = plain.extra[name]
+            assert isinstance(part, EncodedPart) and isinstance(table, pa.Table)
+            assert part.rows == table.num_rows
+            assert plain_rows(part.table()) == plain_rows(table.cast(OUTPUT_DATASETS[name]))
 
 
 def test_dask_client_uses_the_configured_temporary_directory(
