@@ -45,8 +45,8 @@ from pipeline.run.orchestrate import (
     shipped,
 )
 from pipeline.synth.fleet import write_fleet
-from pipeline.tables.schemas import OUTPUT_DATASETS
 from pipeline.synth.local_s3 import LocalS3
+from pipeline.tables.schemas import OUTPUT_DATASETS
 from tests.helpers.ledgers import sample_session, session_key
 from tests.helpers.storage import BUCKET, plain_rows
 
