@@ -534,7 +534,7 @@ def shipped(task: Callable[..., BatchResult], *args: Any, **kwargs: Any) -> Batc
     runs on its worker.
 
     The runner reads a result's sessions and findings (the run's summary) and writes
-    the rest as it is: those are shipped encoded, a tenth of their tables' size, so
+    the rest as it is: those are shipped encoded, a quarter to an eighth of their tables' size, so
     neither the transfer nor the encoding weighs on the one process that collects what
     every worker sends (docs/scaling.md, "The runner's share").
     """
