@@ -269,10 +269,6 @@ class EncodedPart:
     data: bytes
     rows: int
 
-    def table(self) -> pa.Table:
-        """The part read back (the runner counts a compaction part's packets)."""
-        return pq.read_table(pa.BufferReader(self.data))
-
 
 def encode_part(table: pa.Table, schema: pa.Schema) -> EncodedPart:
     """``table`` as the Parquet part :meth:`StagedRun.write_part` writes for a dataset

@@ -20,7 +20,6 @@ from pipeline.audit.checkpoint import PrefixHasher
 from pipeline.audit.segments import audit_lines
 from pipeline.audit.session import SessionAudit, verdict
 from pipeline.errors import ObjectChangedError, PipelineError
-from pipeline.io.commit import EncodedPart
 from pipeline.io.storage import (
     MAX_LINE_BYTES,
     Location,
@@ -74,10 +73,8 @@ class BatchResult:
     bytes_read: int = 0
     codes: Counter[str] = field(default_factory=Counter)
     statuses: Counter[str] = field(default_factory=Counter)
-    #: Further datasets of the run (``usage``; replay: ``turns``, ``requests``), by
-    #: name: tables as a task makes them, Parquet parts as a worker ships them
-    #: (:func:`~pipeline.run.orchestrate.shipped`).
-    extra: dict[str, pa.Table | EncodedPart] = field(default_factory=dict)
+    #: Further datasets of the run (``usage``; replay: ``turns``, ``requests``), by name.
+    extra: dict[str, pa.Table] = field(default_factory=dict)
     #: Files the task wrote under the run's staging folder (compacted ledgers), by dataset.
     files: dict[str, list[str]] = field(default_factory=dict)
 

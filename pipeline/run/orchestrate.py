@@ -466,29 +466,22 @@ class RunSummary:
     #: (``segments:plain``, ``segments:opened``, ``segments:sealed``; docs/segments.md).
     storages: Counter[str] = field(default_factory=Counter)
 
-    def note(self, result: BatchResult) -> None:
-        """Count ``result``'s findings by severity and keep a few sessions per status."""
-        f = result.findings
-        if f.num_rows and "severity" in f.column_names:
-            # Counted in Python: a batch has few findings, and Arrow's group_by (Acero)
-            # cost ~50 ms a call, plus its import, in the process that collects results.
-            self.severity_codes.update(zip(f["severity"].to_pylist(), f["code"].to_pylist(),
-                                           strict=True))
-        t = result.sessions
-        if t.num_rows and "storage" in t.column_names:
-            for storage, content in zip(t["storage"].to_pylist(), t["content"].to_pylist(),
-                                        strict=True):
-                self.storages[str(storage)] += 1
-                if content is not None:
-                    self.storages[f"{storage}:{content}"] += 1
-        if t.num_rows and "status" in t.column_names:
-            for status, path in zip(t["status"].to_pylist(), t["session_path"].to_pylist(),
-                                    strict=True):
-                kept = self.status_examples.setdefault(str(status), [])
-                kept.append(str(path))
-                if len(kept) > 2 * EXAMPLES:
-                    kept.sort()
-                    del kept[EXAMPLES:]
+    def note(self, result: ShippedResult) -> None:
+        """Add what a task's result says (:func:`ship`) to the run's counts, and keep
+        the first :data:`EXAMPLES` sessions of each status."""
+        self.statuses.update(result.statuses)
+        self.codes.update(result.codes)
+        self.severity_codes.update(result.severity_codes)
+        self.storages.update(result.storages)
+        self.unread.extend(result.unread)
+        self.compaction.update(result.compaction)
+        for name, paths in result.files.items():
+            self.compaction[f"{name}_sessions"] += len(paths)
+        for status, paths in result.status_examples.items():
+            kept = self.status_examples.setdefault(status, [])
+            kept.extend(paths)
+            kept.sort()
+            del kept[EXAMPLES:]
 
     @property
     def partial(self) -> bool:
@@ -528,21 +521,78 @@ def redacted(task: Callable[..., BatchResult], *args: Any, **kwargs: Any) -> Bat
     return redact_result(task(*args, **kwargs))
 
 
-def shipped(task: Callable[..., BatchResult], *args: Any, **kwargs: Any) -> BatchResult:
-    """:func:`redacted`, its further datasets then encoded as the Parquet parts the
-    runner writes (:func:`~pipeline.io.commit.encode_part`): what every task of a run
-    runs on its worker.
+@dataclass
+class ShippedResult:
+    """What a task sends back to the runner (:func:`ship`): each of its datasets as the
+    Parquet part the runner writes, and what the run's summary reads of its tables
+    (:meth:`RunSummary.note`), so the runner reads no table at all."""
 
-    The runner reads a result's sessions and findings (the run's summary) and writes
-    the rest as it is: those are shipped encoded, a quarter to an eighth of their tables' size, so
-    neither the transfer nor the encoding weighs on the one process that collects what
-    every worker sends (docs/scaling.md, "The runner's share").
+    index: int
+    #: Every dataset of the batch, by name (``integrity/sessions``, ``usage``, ...).
+    parts: dict[str, EncodedPart]
+    #: Files the task wrote under the run's staging folder, by dataset.
+    files: dict[str, list[str]]
+    bytes_read: int
+    statuses: Counter[str]
+    codes: Counter[str]
+    #: Findings by (severity, code).
+    severity_codes: Counter[tuple[str, str]]
+    #: Sessions by storage, and segment ledgers by content (``segments:sealed``).
+    storages: Counter[str]
+    #: The first :data:`EXAMPLES` sessions (``session_path``, sorted) of each status.
+    status_examples: dict[str, list[str]]
+    #: The sessions not read (a finding of :data:`NOT_READ_CODES`).
+    unread: list[str]
+    #: A compaction run's counts of the batch's packets.
+    compaction: dict[str, int]
+
+
+def shipped(task: Callable[..., BatchResult], *args: Any, **kwargs: Any) -> ShippedResult:
+    """:func:`redacted`, then :func:`ship`: what every task of a run runs on its
+    worker."""
+    return ship(redacted(task, *args, **kwargs))
+
+
+def ship(result: BatchResult) -> ShippedResult:
+    """A redacted result as it travels to the runner: every table encoded as the
+    Parquet part the runner writes (:func:`~pipeline.io.commit.encode_part`), and the
+    run summary's counts and examples read from them here.
+
+    The runner is one process collecting what every worker sends: the tables would
+    cost it their transfer (on the benchmark fleet a part is 4-8x smaller than its
+    table) and their encoding, and its CPU comes out of the workers' on a small
+    machine (docs/scaling.md, "The runner's share"). A result made on the runner (a
+    quarantined session) is shipped there the same way.
     """
-    result = redacted(task, *args, **kwargs)
-    result.extra = {name: encode_part(table, OUTPUT_DATASETS[name])
-                    if isinstance(table, pa.Table) else table
-                    for name, table in result.extra.items()}
-    return result
+    t, f = result.sessions, result.findings
+    severity_codes: Counter[tuple[str, str]] = Counter()
+    if f.num_rows and "severity" in f.column_names:
+        severity_codes.update(zip(f["severity"].to_pylist(), f["code"].to_pylist(),
+                                  strict=True))
+    storages: Counter[str] = Counter()
+    if t.num_rows and "storage" in t.column_names:
+        for storage, content in zip(t["storage"].to_pylist(), t["content"].to_pylist(),
+                                    strict=True):
+            storages[str(storage)] += 1
+            if content is not None:
+                storages[f"{storage}:{content}"] += 1
+    examples: dict[str, list[str]] = {}
+    if t.num_rows and "status" in t.column_names:
+        for status, path in zip(t["status"].to_pylist(), t["session_path"].to_pylist(),
+                                strict=True):
+            examples.setdefault(str(status), []).append(str(path))
+    unread: list[str] = []
+    if any(result.codes.get(code) for code in NOT_READ_CODES):
+        not_read = pc.is_in(f["code"], value_set=pa.array(sorted(NOT_READ_CODES)))
+        unread = f.filter(not_read)["session_path"].to_pylist()
+    packets = result.extra.get("compaction")
+    tables = {"integrity/sessions": t, "integrity/findings": f, **result.extra}
+    return ShippedResult(
+        result.index,
+        {name: encode_part(table, OUTPUT_DATASETS[name]) for name, table in tables.items()},
+        result.files, result.bytes_read, result.statuses, result.codes, severity_codes,
+        storages, {status: sorted(paths)[:EXAMPLES] for status, paths in examples.items()},
+        unread, compaction_counts(packets) if packets is not None else {})
 
 
 def redact_result(result: BatchResult) -> BatchResult:
@@ -550,8 +600,7 @@ def redact_result(result: BatchResult) -> BatchResult:
     result.sessions = redact_table(result.sessions)
     result.findings = redact_table(result.findings, limits={
         "detail": MAX_DETAIL_CHARS, "entry_id": MAX_DETAIL_CHARS})
-    result.extra = {name: redact_table(table) if isinstance(table, pa.Table) else table
-                    for name, table in result.extra.items()}
+    result.extra = {name: redact_table(table) for name, table in result.extra.items()}
     return result
 
 
@@ -579,7 +628,7 @@ def run_batches(
     executor: Executor | Client,
     root: Location,
     listing: Listing,
-    on_result: Callable[[BatchResult], None],
+    on_result: Callable[[ShippedResult], None],
     context: RunContext | None = None,
     *,
     progress: bool | None = None,
@@ -633,7 +682,7 @@ def run_batches(
     for handle in queue:
         index, batch = planned.pop(handle.key)
         try:
-            result: BatchResult = handle.result()
+            result: ShippedResult = handle.result()
         except _killed_worker() as caught:
             err = cast("KilledWorker", caught)
             handle.release()
@@ -649,7 +698,7 @@ def run_batches(
                     queue.add(submit(next_index, part))
                     next_index += 1
                 continue
-            result = quarantine(index, batch[0], err, previous)
+            result = ship(quarantine(index, batch[0], err, previous))
         on_result(result)
         reporter.advance(len(batch), result.bytes_read)
         handle.release()
@@ -800,25 +849,12 @@ def execute_run(
                  if write_archive else None),
         run_ns=time.time_ns())
 
-    def collect(result: BatchResult) -> None:
-        staged.write_part("integrity/sessions", result.index, result.sessions)
-        staged.write_part("integrity/findings", result.index, result.findings)
-        for name, table in result.extra.items():
-            staged.write_part(name, result.index, table)
+    def collect(result: ShippedResult) -> None:
+        for name, part in result.parts.items():
+            staged.write_part(name, result.index, part)
         for name, paths in result.files.items():
             staged.add_files(name, paths)
-            summary.compaction[f"{name}_sessions"] += len(paths)
-        if "compaction" in result.extra:
-            packets = result.extra["compaction"]
-            summary.compaction.update(compaction_counts(
-                packets.table() if isinstance(packets, EncodedPart) else packets))
-        summary.statuses.update(result.statuses)
-        summary.codes.update(result.codes)
         summary.note(result)
-        if any(result.codes.get(code) for code in NOT_READ_CODES):
-            findings = result.findings
-            not_read = pc.is_in(findings["code"], value_set=pa.array(sorted(NOT_READ_CODES)))
-            summary.unread.extend(findings.filter(not_read)["session_path"].to_pylist())
 
     try:
         if listing.sessions:

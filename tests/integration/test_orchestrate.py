@@ -21,13 +21,14 @@ import aiohttp
 import dask
 import fsspec
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from distributed import Client
 from fsspec.implementations.memory import MemoryFileSystem
 
 import pipeline.run.orchestrate as orchestrate
 from pipeline.errors import OutputInsideArchiveError, UsageError
-from pipeline.io.commit import EncodedPart, read_dataset, read_manifest
+from pipeline.io.commit import read_dataset, read_manifest
 from pipeline.io.storage import Listing, Location, SessionObject, enumerate_sessions, resolve
 from pipeline.ledger.layout import SessionKey
 from pipeline.run.batches import audit_batch
@@ -38,6 +39,7 @@ from pipeline.run.orchestrate import (
     MAX_BATCH_FILES,
     MIN_BATCH_BYTES,
     TASKS_PER_WORKER,
+    RunSummary,
     plan_batches,
     redacted,
     run_audit,
@@ -388,26 +390,46 @@ def test_audit_batch_keeps_going_past_an_unreadable_object(
     assert result.bytes_read == 3 * len(data)
 
 
-def test_a_task_ships_what_the_runner_only_writes_encoded(tmp_path: Path) -> None:
-    """Every task runs :func:`shipped`: the summary's tables (sessions, findings) as
-    tables, each further dataset as its redacted table encoded as the runner's part,
-    for the audit and the replay alike."""
+def test_a_task_ships_its_tables_encoded_and_the_summary_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every task runs :func:`shipped`: each table the redacted task made, encoded as
+    the runner's part, and what the run's summary reads of them, for the audit and the
+    replay alike; the runner's summary of the shipped batches is that of the tables."""
     from pipeline.run.replay_batches import ReplayOptions, replay_batch
 
+    examples = 2  # fewer than the sessions of a status: the cut is exercised
+    monkeypatch.setattr(orchestrate, "EXAMPLES", examples)
     root = resolve(str(tmp_path))
-    write_fleet(root, sessions=6, seed=3, faults=True)
+    write_fleet(root, sessions=12, seed=3, faults=True)
     batch = enumerate_sessions(root).sessions
     for task, args in ((audit_batch, ()), (replay_batch, (ReplayOptions(),))):
         plain = redacted(task, root, 0, batch, *args)
         sent = shipped(task, root, 0, batch, *args)
-        assert plain_rows(sent.sessions) == plain_rows(plain.sessions)
-        assert plain_rows(sent.findings) == plain_rows(plain.findings)
-        assert sent.extra.keys() == plain.extra.keys() >= {"usage"}
-        for name, part in sent.extra.items():
-            table = plain.extra[name]
-            assert isinstance(part, EncodedPart) and isinstance(table, pa.Table)
-            assert part.rows == table.num_rows
-            assert plain_rows(part.table()) == plain_rows(table.cast(OUTPUT_DATASETS[name]))
+        tables = {SESSIONS: plain.sessions, FINDINGS: plain.findings, **plain.extra}
+        assert sent.parts.keys() == tables.keys() >= {SESSIONS, FINDINGS, "usage"}
+        for name, part in sent.parts.items():
+            assert part.rows == tables[name].num_rows
+            assert pq.read_table(pa.BufferReader(part.data)).equals(
+                tables[name].cast(OUTPUT_DATASETS[name]))
+        assert (sent.statuses, sent.codes) == (plain.statuses, plain.codes)
+        columns = ["session_path", "status", "storage"]
+        rows = plain.sessions.select(columns).to_pylist()
+        findings = plain.findings.select(["severity", "code"]).to_pylist()
+        assert sent.severity_codes == Counter((f["severity"], f["code"]) for f in findings)
+        assert sent.storages == Counter(r["storage"] for r in rows)
+        assert sent.status_examples == {
+            status: sorted(r["session_path"] for r in rows if r["status"] == status)[:examples]
+            for status in {r["status"] for r in rows}}
+    # Batches merged: the first sessions of each status over the run, sorted.
+    summary = RunSummary("r", "root", "out")
+    for index in range(0, len(batch), 5):
+        summary.note(shipped(audit_batch, root, index, batch[index:index + 5]))
+    whole = redacted(audit_batch, root, 0, batch).sessions.select(columns).to_pylist()
+    assert summary.status_examples == {
+        status: sorted(r["session_path"] for r in whole if r["status"] == status)[:examples]
+        for status in {r["status"] for r in whole}}
+    assert sum(summary.statuses.values()) == len(batch)
 
 
 def test_dask_client_uses_the_configured_temporary_directory(
