@@ -652,6 +652,8 @@ def _mark_orphans(sessions: list[SessionObject]) -> list[SessionObject]:
         name = posixpath.basename(path)
         return posixpath.join(posixpath.dirname(path), ledger_stem(name) or name)
 
+    if all(s.key.parent is None for s in sessions):
+        return sessions  # no subagent transcript (a vak archive): no stem to compute
     listed = {stem(s.key.path) for s in sessions}
     return [dataclasses.replace(s, key=dataclasses.replace(s.key, parent_missing=True))
             if s.key.parent is not None and stem(s.key.parent) not in listed else s
