@@ -241,7 +241,7 @@ def test_separate_process_cluster_gives_identical_rows(
             lambda dask_scheduler: len(dask_scheduler.transition_log))
     assert tasks > 0  # the work went through the separate scheduler
     check_against_truth(faulty_archive, remote_out, remote)
-    for dataset in (SESSIONS, FINDINGS):
+    for dataset in (SESSIONS, FINDINGS, "usage", "subagents"):
         assert plain_rows(read_dataset(remote_out, dataset)) == \
             plain_rows(read_dataset(local_out, dataset))
     assert (remote.codes, remote.statuses) == (local.codes, local.statuses)
