@@ -53,6 +53,7 @@ from pipeline.run.batches import (
     audit_batch,
     quarantined,
 )
+from pipeline.run.collector import cyclic_gc_paused
 from pipeline.tables.redact import redact_table
 from pipeline.tables.schemas import (
     CHECKPOINTS_SCHEMA,
@@ -549,8 +550,10 @@ class ShippedResult:
 
 def shipped(task: Callable[..., BatchResult], *args: Any, **kwargs: Any) -> ShippedResult:
     """:func:`redacted`, then :func:`ship`: what every task of a run runs on its
-    worker."""
-    return ship(redacted(task, *args, **kwargs))
+    worker, the cyclic collector paused for the whole task (its objects' blocks
+    collecting the young generations as each ends: :mod:`pipeline.run.collector`)."""
+    with cyclic_gc_paused():
+        return ship(redacted(task, *args, **kwargs))
 
 
 def ship(result: BatchResult) -> ShippedResult:
