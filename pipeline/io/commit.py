@@ -262,9 +262,8 @@ def check_vakpipe_output(out: Location, *, also: Iterable[str] = ()) -> None:
 @dataclass(frozen=True)
 class EncodedPart:
     """One Parquet part's bytes, encoded where its table was made (a worker), and its
-    row count: a task ships a dataset the runner only writes as this, a quarter to an
-    eighth of its table's size, and the runner writes the bytes as they are
-    (:func:`encode_part`)."""
+    row count: a task ships its datasets as these, a quarter to an eighth of their
+    tables' size, and the runner writes the bytes as they are (:func:`encode_part`)."""
 
     data: bytes
     rows: int
