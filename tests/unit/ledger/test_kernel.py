@@ -543,6 +543,17 @@ FIELD_VALUES: list[Any] = ["x", "", None, 5, 1.5, True, [], {}, ..., "2026-11-07
                 "2026-02-30T01:10:56Z", "2026-11-07T01:10:56.975281879Z", "\u0663"]
 
 
+def enveloped(payload: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` in the test envelope with ``values`` set (``...``: the field removed)."""
+    env = {**ENVELOPE, **payload}
+    for name, value in values.items():
+        if value is ...:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
 @needs_c
 @pytest.mark.parametrize("payload", [RECEIPT, HEADER], ids=["receipt", "header"])
 def test_the_c_kernel_reads_receipts_and_headers_as_orjson_does(payload: dict[str, Any]) -> None:
@@ -556,11 +567,7 @@ def test_the_c_kernel_reads_receipts_and_headers_as_orjson_does(payload: dict[st
     assert whole.data == {**ENVELOPE, **payload}
     for name in ("id", "parent_id", "kind", "ts", "prev_hash", "at_turn"):
         for value in FIELD_VALUES:
-            env = {**ENVELOPE, **payload}
-            if value is ...:
-                env.pop(name, None)
-            else:
-                env[name] = value
+            env = enveloped(payload, {name: value})
             damaged = dumps(env)
             whole, want = kernel.entry_c(damaged, 3), reader.parse_entry_orjson(damaged, 3)
             if whole is not None:  # (a kind other than receipt or header: scanned)
@@ -584,13 +591,7 @@ def test_the_c_kernel_reads_receipts_and_headers_as_orjson_does(payload: dict[st
        payload=st.sampled_from([RECEIPT, HEADER]))
 def test_receipts_and_headers_with_any_envelope_read_as_orjson_reads_them(
         values: dict[str, Any], payload: dict[str, Any]) -> None:
-    env = {**ENVELOPE, **payload}
-    for name, value in values.items():
-        if value is ...:
-            env.pop(name, None)
-        else:
-            env[name] = value
-    body = dumps(env)
+    body = dumps(enveloped(payload, values))
     assert kernel.entry_c is not None
     whole, want = kernel.entry_c(body, 9), reader.parse_entry_orjson(body, 9)
     assert whole is None or (whole, False, "") == want
