@@ -1513,22 +1513,22 @@ done:
     return entry;
 }
 
+/* entry()'s work on a checked body: the entry or None (or NULL, an error). With
+ * `plain_message`, also whether a message entry comes with the scan's view: only such
+ * a message is known to hold no repeated key (reader._role_in_doubt). */
 static PyObject *
-ckernel_entry(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+entry_impl(PyObject *body, PyObject *line, int *plain_message)
 {
-    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "entry() wants bytes and a line number");
-        return NULL;
-    }
-    if (!entry_type) {
-        PyErr_SetString(PyExc_RuntimeError, "entry() before configure()");
-        return NULL;
-    }
-    PyObject *body = args[0];
     const char *buf = PyBytes_AS_STRING(body);
     Py_ssize_t size = PyBytes_GET_SIZE(body);
     if (!worth_it_impl(buf, size)) {
-        return eager_entry(body, args[1]);
+        PyObject *eager = eager_entry(body, line);
+        if (plain_message && eager && eager != Py_None) {
+            /* No view: a message read whole is left to the reader's own look. */
+            *plain_message = PyUnicode_CompareWithASCIIString(
+                PyTuple_GET_ITEM(eager, 3), "message") != 0;
+        }
+        return eager;
     }
     PyObject *found = scan_impl((const u8 *)buf, size);
     if (!found || found == Py_None) {
@@ -1556,16 +1556,83 @@ ckernel_entry(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
     if (!entry) {
         goto done;
     }
-    PyTuple_SET_ITEM(entry, 0, Py_NewRef(args[1]));
+    PyTuple_SET_ITEM(entry, 0, Py_NewRef(line));
     for (int i = 0; i < 6; i++) {
         PyTuple_SET_ITEM(entry, i + 1, Py_NewRef(PyTuple_GET_ITEM(found, i)));
     }
     PyTuple_SET_ITEM(entry, 7, Py_NewRef(digest));
     PyTuple_SET_ITEM(entry, 8, Py_NewRef(payload));
+    if (plain_message) {
+        *plain_message = PyTuple_GET_ITEM(found, 6) != Py_None
+            || PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(found, 2), "message") != 0;
+    }
 done:
     Py_XDECREF(digest);
     Py_XDECREF(payload);
     Py_DECREF(found);
+    return entry;
+}
+
+static PyObject *
+ckernel_entry(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "entry() wants bytes and a line number");
+        return NULL;
+    }
+    if (!entry_type) {
+        PyErr_SetString(PyExc_RuntimeError, "entry() before configure()");
+        return NULL;
+    }
+    return entry_impl(args[0], args[1], NULL);
+}
+
+/* reader.read_ledger's common line in one call:
+ *
+ *     chained(raw: bytes, line: int, prev: str) -> LazyEntry | Entry | None
+ *
+ * `raw` as the file yields it (its newline, if any, not part of the entry), `prev` the
+ * previous valid entry's digest. The entry when the line is one entry() reads, chained
+ * to `prev` (its prev_hash equal to it) and, if a message, with the scan's view (so no
+ * repeated role to look for); else None, and read_ledger takes the line through its
+ * general path, which reads it again and decides: the same verdict, entry and findings
+ * either way. A blank line, a skipped over-long one (a bytes subclass), a torn tail
+ * (no newline: the entry is the same, but read_ledger's own path says so) all go
+ * there too only by what they are, never by a guess. */
+static PyObject *
+ckernel_chained(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "chained() wants bytes, a line number and a digest");
+        return NULL;
+    }
+    if (!entry_type) {
+        PyErr_SetString(PyExc_RuntimeError, "chained() before configure()");
+        return NULL;
+    }
+    PyObject *raw = args[0], *prev = args[2];
+    Py_ssize_t size = PyBytes_GET_SIZE(raw);
+    if (!PyBytes_CheckExact(raw) || !PyUnicode_CheckExact(prev) || size < 2
+        || PyBytes_AS_STRING(raw)[size - 1] != '\n') {
+        Py_RETURN_NONE;
+    }
+    PyObject *body = PyBytes_FromStringAndSize(PyBytes_AS_STRING(raw), size - 1);
+    if (!body) {
+        return NULL;
+    }
+    int plain_message = 0;
+    PyObject *entry = entry_impl(body, args[1], &plain_message);
+    Py_DECREF(body);
+    if (!entry || entry == Py_None) {
+        return entry;
+    }
+    PyObject *prev_hash = PyTuple_GET_ITEM(entry, 5);
+    int chained = plain_message && PyUnicode_CheckExact(prev_hash)
+        ? PyUnicode_Compare(prev_hash, prev) == 0 : 0;
+    if (!chained) {
+        Py_DECREF(entry);
+        Py_RETURN_NONE;
+    }
     return entry;
 }
 
@@ -1607,7 +1674,8 @@ ckernel_lazy(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
 static PyObject *
 ckernel_valid(PyObject *Py_UNUSED(module), PyObject *body)
 {
-    /* Whether the kernel's grammar takes `body` as one JSON value (tests only). */
+    /* Whether the kernel's grammar takes `body` as one JSON value (the tests', and
+     * formats.base.sniffed's look at a vak header without parsing it). */
     if (!PyBytes_Check(body)) {
         PyErr_SetString(PyExc_TypeError, "valid() wants bytes");
         return NULL;
@@ -1692,6 +1760,10 @@ static PyMethodDef ckernel_methods[] = {
      "entry(body: bytes, line: int) -> LazyEntry | Entry | None: reader.parse_entry's "
      "entry for a line the C kernel vouches for (an eager one for a receipt or a header, "
      "parsed by orjson), None where parse_entry's other paths read it."},
+    {"chained", (PyCFunction)(void (*)(void))ckernel_chained, METH_FASTCALL,
+     "chained(raw: bytes, line: int, prev: str) -> LazyEntry | Entry | None: "
+     "reader.read_ledger's common line: entry()'s entry of the line without its newline "
+     "when chained to prev (and, a message, with the scan's view), else None."},
     {"lazy", (PyCFunction)(void (*)(void))ckernel_lazy, METH_FASTCALL,
      "lazy(line, id, parent, kind, ts, digest, body, view, mapper=None) -> LazyEntry: "
      "reader.lazy_entry's entry."},

@@ -32,9 +32,11 @@ def usage_of(obj: Any) -> Usage | None:
     if not isinstance(obj, dict):
         return None
     get = obj.get
-    i, o, r, c = get(USAGE_KEYS[0]), get(USAGE_KEYS[1]), get(USAGE_KEYS[2]), get(USAGE_KEYS[3])
-    # Once per request and attempt: the usual four in-range integers in one test.
-    # ``type() is int`` also refuses bool (a subclass of int).
+    # Once per request and attempt: the usual in-range integers, an absent one read as
+    # 0, in one test (vak leaves the cache counts out of most usages; a null takes the
+    # loop below). ``type() is int`` also refuses bool (a subclass of int).
+    i, o = get("input_tokens", 0), get("output_tokens", 0)
+    r, c = get("cache_read_input_tokens", 0), get("cache_creation_input_tokens", 0)
     if (type(i) is int and type(o) is int and type(r) is int and type(c) is int
             and 0 <= i <= MAX_TOKEN_COUNT and 0 <= o <= MAX_TOKEN_COUNT
             and 0 <= r <= MAX_TOKEN_COUNT and 0 <= c <= MAX_TOKEN_COUNT):

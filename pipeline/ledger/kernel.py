@@ -36,8 +36,8 @@ from typing import Any
 import simdjson
 
 __all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "any_in_c",
-           "configure_c", "entry_c", "lazy_c", "parse_object", "scan", "scan_c", "scan_simdjson",
-           "use", "worth_it", "worth_it_c", "worth_it_simdjson"]
+           "chained_c", "configure_c", "entry_c", "lazy_c", "parse_object", "scan", "scan_c",
+           "scan_simdjson", "use", "valid_c", "worth_it", "worth_it_c", "worth_it_simdjson"]
 
 #: Lines shorter than this are parsed by orjson whole, per implementation. simdjson's
 #: fixed cost per line (its proxies, the key list that catches repeated keys) is ~1.8 us,
@@ -212,6 +212,13 @@ scan_transcript_c: Callable[[type[Any], bytes], Any] | None
 #: line the C kernel reads, in one call; the reader configures it with its types), or
 #: ``None``.
 entry_c: Callable[[bytes, int], Any] | None
+#: reader.read_ledger's common line in one call (``chained_c(raw, line, prev)``: the
+#: entry of a physical line with its newline, when chained to the digest ``prev``), or
+#: ``None``.
+chained_c: Callable[[bytes, int, str], Any] | None
+#: Whether the C kernel's grammar takes a line as one JSON value (``valid_c(body)``: it
+#: takes only what orjson takes, and defers some of that), or ``None``.
+valid_c: Callable[[bytes], bool] | None
 #: reader.lazy_entry's entry built in C (the same arguments), or ``None``.
 lazy_c: Callable[..., Any] | None
 configure_c: Callable[[type[Any], type[Any], Callable[[bytes], Any], type[Any]], None] | None
@@ -221,14 +228,17 @@ configure_c: Callable[[type[Any], type[Any], Callable[[bytes], Any], type[Any]],
 any_in_c: Callable[[str, bytes], bool] | None
 try:
     from pipeline.ledger._ckernel import any_in as any_in_c
+    from pipeline.ledger._ckernel import chained as chained_c
     from pipeline.ledger._ckernel import configure as configure_c
     from pipeline.ledger._ckernel import entry as entry_c
     from pipeline.ledger._ckernel import lazy as lazy_c
     from pipeline.ledger._ckernel import scan as scan_c
     from pipeline.ledger._ckernel import scan_transcript as scan_transcript_c
+    from pipeline.ledger._ckernel import valid as valid_c
     from pipeline.ledger._ckernel import worth_it as worth_it_c
 except ImportError:  # not built here (no compiler at install): simdjson stands in
-    scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = any_in_c = None
+    scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = None
+    any_in_c = chained_c = valid_c = None
 
 
 def _scan_none(body: bytes) -> None:

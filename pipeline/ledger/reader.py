@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, TypeGuard
 
 import orjson
 
+from pipeline.ledger.kernel import chained_c as _chained_c
 from pipeline.ledger.kernel import configure_c as _configure_c
 from pipeline.ledger.kernel import entry_c as _entry_c
 from pipeline.ledger.kernel import lazy_c as _lazy_c
@@ -592,9 +593,19 @@ def read_ledger(
     prev_digest: str | None = None
     pending: _BadRun | None = None  # bad lines waiting for the next valid entry
     number = nbytes = 0
-    last_terminated = True
+    raw = b""
+    # The C kernel's whole common line (a valid entry chained to the one before, a
+    # message with no repeated role), where it reads the lines: None elsewhere, and the
+    # loop below takes every line (docs/audit.md, "The per-line kernel").
+    chained = _chained_c if _worth_it is _WORTH_IT_C else None
     for number, raw in enumerate(lines, 1):
         nbytes += len(raw)
+        if chained is not None and prev_digest is not None and pending is None:
+            entry = chained(raw, number, prev_digest)
+            if entry is not None:
+                prev_digest = entry.digest
+                yield entry
+                continue
         last_terminated = raw[-1:] == b"\n"
         body = raw[:-1] if last_terminated else raw
         if not body and type(raw) is not OversizeLine:
@@ -688,7 +699,7 @@ def read_ledger(
         yield from pending.findings(Code.DAMAGED_ENTRY, pending.last - 1)
         yield Finding(Code.TORN_TAIL, pending.last, None,
                       _detail(f"last line unreadable: {pending.last_reason}"))
-    elif number and not last_terminated:
+    elif number and raw[-1:] != b"\n":
         yield Finding(
             Code.TORN_TAIL, number, None,
             "last line has no newline: the append was cut short (the next append would merge)",

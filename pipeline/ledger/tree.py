@@ -119,9 +119,12 @@ class TreeIndex:
                 ))
         if self.header is None:
             findings.append(Finding(Code.MISSING_HEADER, None, None, "no valid header entry"))
-        if self.head is not None:
-            for node in self.chain_to_root(self.head):  # no list: the order is not needed
-                node.on_active_chain = True
+        # chain_to_root(head), its mark doubling as the walk's "seen": no generator, no
+        # set of the nodes passed (once per entry on the active chain).
+        by_id, node = self.by_id, self.head
+        while node is not None and not node.on_active_chain:
+            node.on_active_chain = True
+            node = by_id.get(node.parent_id) if node.parent_id is not None else None
         return findings
 
     @property

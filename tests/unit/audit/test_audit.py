@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pipeline.audit.session import _Receipt, _Request, audit_session
-from pipeline.ledger.entry import ts_nanos, usage_of
+from pipeline.ledger.entry import USAGE_KEYS, ts_nanos, usage_of
 from pipeline.ledger.layout import parse_session_path
 from pipeline.ledger.tree import Node
-from pipeline.ledger.types import Code
+from pipeline.ledger.types import MAX_TOKEN_COUNT, Code, token_count
 from tests.helpers.data_paths import SPEC
 from tests.helpers.ledgers import (
     BASE_SECONDS,
@@ -161,6 +163,23 @@ def test_an_audit_leaves_no_reference_cycles() -> None:
         gc.set_debug(debug)
         gc.garbage.clear()
         gc.enable()
+
+
+_ABSENT: Any = object()
+COUNT = (st.integers(0, MAX_TOKEN_COUNT) | st.integers() | st.booleans() | st.floats()
+         | st.text(max_size=3) | st.none() | st.just(_ABSENT))
+
+
+@given(counts=st.tuples(COUNT, COUNT, COUNT, COUNT),
+       other=st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))
+def test_a_usage_is_read_count_by_count(counts: tuple[Any, ...], other: dict[str, Any]) -> None:
+    # The rule, count by count: absent or null is 0, a token count is itself, anything
+    # else (a bool, a float, a string, out of range) makes the whole usage unreadable.
+    obj = {**other, **{k: v for k, v in zip(USAGE_KEYS, counts, strict=True)
+                       if v is not _ABSENT}}
+    read = [0 if v is None or v is _ABSENT else token_count(v) for v in counts]
+    want = None if None in read else tuple(read)
+    assert usage_of(obj) == want
 
 
 def test_malformed_usage_is_ignored() -> None:

@@ -17,6 +17,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -28,7 +29,7 @@ from pipeline.audit.session import SessionAudit, audit_session
 from pipeline.cli import EXIT_OK, run
 from pipeline.costs.pricing import TokenUsage, load_prices, price
 from pipeline.costs.report import drop_copies, price_usage
-from pipeline.formats import detect
+from pipeline.formats import base, detect
 from pipeline.io.commit import read_dataset
 from pipeline.io.storage import resolve
 from pipeline.ledger.layout import parse_session_path
@@ -240,6 +241,37 @@ def test_the_content_decides_the_format_not_the_path() -> None:
     claude = [claude_line("u1", None)]
     vak_key = session_key("s1")
     assert audit_session(vak_key, claude).row["source"] == "claude-code"
+
+
+@pytest.mark.skipif(base.valid_c is None, reason="the C kernel did not build here")
+def test_a_vak_header_is_told_without_parsing_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The reader parses it once; detection only looks at its first keys and its grammar.
+    ledger = sample_session().to_bytes().splitlines(keepends=True)
+
+    def no_parse(raw: bytes) -> Any:
+        raise AssertionError("parsed")
+
+    monkeypatch.setattr(base.orjson, "loads", no_parse)
+    assert detect(ledger)[0] is None
+
+
+VAK_LINE_EDITS = st.sampled_from([b"", b"\r", b" ", b"x", b"}", b'"', b"1e400",
+                                  b"\xff", b"\\ud800", b"[" * 600])
+
+
+@given(cut=st.floats(0, 1), edit=VAK_LINE_EDITS, where=st.floats(0, 1),
+       newline=st.booleans())
+@settings(max_examples=300)
+def test_a_line_told_vak_without_parsing_is_one_the_parse_calls_vak(
+        cut: float, edit: bytes, where: float, newline: bool) -> None:
+    # Only ever the parsed line's answer: a line it is unsure of is parsed.
+    header = sample_session().to_bytes().splitlines()[0]
+    line = header[: max(40, int(cut * len(header)))]
+    at = int(where * len(line))
+    line = line[:at] + edit + line[at:] + (b"\n" if newline else b"")
+    if base._vak_line(line):
+        obj = orjson.loads(line)
+        assert type(obj) is dict and base.is_vak_entry(obj)
 
 
 def test_reported_requests_measure_utilization_against_the_transcripts_window() -> None:

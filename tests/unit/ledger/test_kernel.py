@@ -32,7 +32,7 @@ from pipeline.audit.session import audit_session
 from pipeline.ledger import kernel, reader
 from pipeline.ledger.entry import starts_turn
 from pipeline.ledger.reader import Entry, LazyEntry, audit_view, parse_entry, read_ledger
-from pipeline.ledger.types import Code
+from pipeline.ledger.types import Code, OversizeLine
 from tests.helpers.data_paths import CONFORMANCE, REAL
 from tests.helpers.ledgers import dumps, message_with_roles, sample_session, session_key
 
@@ -304,6 +304,95 @@ def test_the_c_kernels_whole_entry_reads_a_session_as_the_reader_does(
     without = audit_session(session_key(), io.BytesIO(data))
     assert (audit.row, audit.findings, audit.usage) == (without.row, without.findings,
                                                         without.usage)
+
+
+def without_chained(data: bytes, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The reader's items of ``data`` with the C kernel, its one-call common line off."""
+    with monkeypatch.context() as m:
+        m.setattr(reader, "_chained_c", None)
+        return list(read_ledger(io.BytesIO(data)))
+
+
+#: Edits of a session's lines, each a way a line leaves the reader's common path.
+EDITS = st.sampled_from(["drop", "repeat", "swap", "cut", "blank", "flip", "unterminate",
+                         "oversize", "unchain", "crlf"])
+
+
+@pytest.mark.skipif(kernel.chained_c is None, reason="the C kernel did not build here")
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(EDITS, st.floats(0, 1), st.floats(0, 1)), max_size=4),
+       roles=st.sampled_from([(), ("assistant", "user"), ("user", "user")]))
+def test_the_c_kernels_common_line_reads_a_session_as_the_reader_does(
+        edits: list[tuple[str, float, float]], roles: tuple[str, ...],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # read_ledger takes a chained line in one C call (chained_c) and every other line
+    # through its own path: on a session edited line by line, the same items either way.
+    monkeypatch.setattr(reader, "_scan", kernel.scan_c)
+    monkeypatch.setattr(reader, "_worth_it", kernel.worth_it_c)
+    data = message_with_roles(*roles)[0] if roles else sample_session(turns=3).to_bytes()
+    lines: list[bytes] = data.splitlines(keepends=True)
+    for edit, where, what in edits:
+        at = min(int(where * len(lines)), len(lines) - 1)
+        if edit == "drop" and len(lines) > 1:
+            del lines[at]
+        elif edit == "repeat":
+            lines.insert(at, lines[at])
+        elif edit == "swap":
+            other = min(int(what * len(lines)), len(lines) - 1)
+            lines[at], lines[other] = lines[other], lines[at]
+        elif edit == "cut":
+            lines[at] = lines[at][: int(what * len(lines[at]))] + b"\n"
+        elif edit == "blank":
+            lines.insert(at, b"\n")
+        elif edit == "flip":
+            i = int(what * (len(lines[at]) - 1))
+            lines[at] = lines[at][:i] + bytes([lines[at][i] ^ 0x20]) + lines[at][i + 1:]
+        elif edit == "unterminate":
+            lines[at] = lines[at].rstrip(b"\n")
+        elif edit == "unchain":
+            lines[at] = lines[at].replace(b'"prev_hash":"', b'"prev_hash":"0', 1)
+        elif edit == "crlf":
+            lines[at] = lines[at].replace(b"\n", b"\r\n")
+    edited = b"".join(lines)
+    with_chained = list(read_ledger(io.BytesIO(edited)))
+    assert with_chained == without_chained(edited, monkeypatch)
+    if any(edit == "oversize" for edit, _, _ in edits):
+        # A skipped over-long line (the IO layer's marker) in the middle of the session.
+        at = len(lines) // 2
+        marked = [*lines[:at], OversizeLine(10**7, 10**6, terminated=True), *lines[at:]]
+        got = list(read_ledger(marked))
+        with monkeypatch.context() as m:
+            m.setattr(reader, "_chained_c", None)
+            assert got == list(read_ledger(marked))
+
+
+@pytest.mark.skipif(kernel.chained_c is None, reason="the C kernel did not build here")
+def test_the_c_kernels_common_line_is_only_a_chained_entry_with_nothing_to_look_for(
+        ) -> None:
+    assert kernel.chained_c is not None and kernel.entry_c is not None
+    data = sample_session(turns=2).to_bytes()
+    lines = data.splitlines(keepends=True)
+    prev = kernel.entry_c(lines[0][:-1], 1).digest
+    for n, raw in enumerate(lines[1:], 2):  # message, receipt and other lines alike
+        entry = kernel.chained_c(raw, n, prev)
+        assert entry is not None and entry == kernel.entry_c(raw[:-1], n)
+        prev = entry.digest
+    second = lines[1]
+    first = kernel.entry_c(lines[0][:-1], 1).digest
+    assert kernel.chained_c(second, 2, first) is not None
+    # Each of these is the reader's general path's to decide.
+    assert kernel.chained_c(second, 2, "0" * 64) is None  # not chained to prev
+    assert kernel.chained_c(second[:-1], 2, first) is None  # no newline: a torn tail
+    assert kernel.chained_c(b"\n", 2, first) is None  # a blank line
+    assert kernel.chained_c(OversizeLine(10**7, 10**6, terminated=True), 2, first) is None
+    assert kernel.chained_c(second[:-1] + b"\r\n", 2, first) is None
+    assert kernel.chained_c(second[:40] + b"\n", 2, first) is None
+    roles, at = message_with_roles("assistant", "user")
+    doubt = roles.splitlines(keepends=True)
+    before = kernel.entry_c(doubt[at - 2][:-1], at - 1).digest
+    assert kernel.entry_c(doubt[at - 1][:-1], at) is not None  # read, but no view:
+    assert kernel.chained_c(doubt[at - 1], at, before) is None  # its roles to look at
 
 
 DIGIT = st.sampled_from("0123456789")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from pipeline.ledger.reader import Entry
 from pipeline.ledger.tree import Node, TreeIndex
 from pipeline.ledger.types import Code, Finding, Severity
@@ -231,6 +234,23 @@ def test_two_node_cycle_through_duplicate_ids_terminates() -> None:
     tree, findings = build_tree(b)
     assert (4, "duplicate_id") in codes(findings)
     assert len(list(tree.chain_to_root(tree.nodes[-1]))) == 3
+
+
+IDS = st.sampled_from(["a", "b", "c", "d", "e"])
+
+
+@given(st.lists(st.tuples(IDS, st.none() | IDS, st.sampled_from(["header", "message", "x"])),
+                min_size=1, max_size=12))
+def test_the_active_chain_is_the_walk_from_the_head(
+        links: list[tuple[str, str | None, str]]) -> None:
+    # Any links: repeated ids, self-parents, forward parents, cycles.
+    tree = TreeIndex()
+    for line, (ident, parent, kind) in enumerate(links, 1):
+        tree.add(Entry(line, ident, parent, kind, "", None, None, "", {}))
+    tree.finish()
+    assert tree.head is not None
+    walk = {id(n) for n in tree.chain_to_root(tree.head)}
+    assert {id(n) for n in tree.nodes if n.on_active_chain} == walk
 
 
 def test_long_chain_is_walked_without_recursion() -> None:
