@@ -137,6 +137,10 @@ def test_a_part_encoded_elsewhere_is_written_as_it_came(where: Places) -> None:
     in the manifest, and reads back as the table staged here would."""
     encoded = encode_part(session_rows("a", "b"), SESSIONS_SCHEMA)
     assert isinstance(encoded, EncodedPart) and encoded.rows == 2
+    chunks = pq.ParquetFile(pa.BufferReader(encoded.data)).metadata.row_group(0)
+    for i in range(chunks.num_columns):  # zstd, and no dictionary (commit.PART_DICTIONARY)
+        column = chunks.column(i)
+        assert column.compression == "ZSTD" and not column.has_dictionary_page
     assert plain_rows(pq.read_table(pa.BufferReader(encoded.data))) == \
         plain_rows(session_rows("a", "b"))
     run = StagedRun(where.out, "run-e", DATASETS)
