@@ -121,10 +121,10 @@ class TreeIndex:
             findings.append(Finding(Code.MISSING_HEADER, None, None, "no valid header entry"))
         # chain_to_root(head), its mark doubling as the walk's "seen": no generator, no
         # set of the nodes passed (once per entry on the active chain).
-        by_id, node = self.by_id, self.head
-        while node is not None and not node.on_active_chain:
-            node.on_active_chain = True
-            node = by_id.get(node.parent_id) if node.parent_id is not None else None
+        by_id, at = self.by_id, self.head
+        while at is not None and not at.on_active_chain:
+            at.on_active_chain = True
+            at = by_id.get(at.parent_id) if at.parent_id is not None else None
         return findings
 
     @property
