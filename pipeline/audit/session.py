@@ -456,7 +456,7 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
     last_entry: Entry | None = None
 
     stats = LineStats()
-    add = tree.add
+    add = tree.adder()
     items = read_ledger(lines, stats) if fmt is None else fmt.read(lines, stats, header)
     info = _node_info if fmt is None else _transcript_info
     for item in items:

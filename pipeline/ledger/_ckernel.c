@@ -1671,6 +1671,132 @@ ckernel_lazy(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     return entry;
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* tree.TreeIndex.add's common case in one call (pipeline/ledger/tree.py, `adder`):
+ *
+ *     tree_add(by_id, nodes, slow, entry, info=None) -> ()
+ *
+ * An entry of a known kind other than a header, whose parent came earlier and whose id
+ * is new, becomes a Node (made with the type's allocator and its slots' descriptors,
+ * as the payloads above) put in `by_id` and at the end of `nodes`, and the answer is
+ * add's own `()`; any other entry is `slow(entry, info)`'s, the Python add, which
+ * decides and says why. The Node type and the known kinds are given once by
+ * configure_tree(). */
+
+#define NODE_SLOTS 6
+static const char *node_slot_names[NODE_SLOTS] = {"line", "id", "parent_id", "kind", "info",
+                                                  "on_active_chain"};
+static PyObject *node_slots[NODE_SLOTS];
+static PyTypeObject *node_type = NULL;
+static PyObject *known_kinds = NULL;
+
+static PyObject *
+ckernel_configure_tree(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyFrozenSet_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure_tree() wants the Node type and the known kinds (a frozenset)");
+        return NULL;
+    }
+    PyObject *slots[NODE_SLOTS];
+    for (int i = 0; i < NODE_SLOTS; i++) {
+        slots[i] = PyObject_GetAttrString(args[0], node_slot_names[i]);
+        if (!slots[i] || !Py_IS_TYPE(slots[i], &PyMemberDescr_Type)) {
+            for (int j = 0; j <= i; j++) {
+                Py_XDECREF(slots[j]);
+            }
+            PyErr_Format(PyExc_TypeError, "configure_tree(): the Node type has no slot %s",
+                         node_slot_names[i]);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < NODE_SLOTS; i++) {
+        Py_XSETREF(node_slots[i], slots[i]);
+    }
+    Py_XSETREF(node_type, (PyTypeObject *)Py_NewRef(args[0]));
+    Py_XSETREF(known_kinds, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+new_node(PyObject *const values[NODE_SLOTS])
+{
+    PyObject *node = node_type->tp_alloc(node_type, 0);
+    if (!node) {
+        return NULL;
+    }
+    for (int i = 0; i < NODE_SLOTS; i++) {
+        PyObject *slot = node_slots[i];
+        if (Py_TYPE(slot)->tp_descr_set(slot, node, values[i]) < 0) {
+            Py_DECREF(node);
+            return NULL;
+        }
+    }
+    return node;
+}
+
+static PyObject *
+ckernel_tree_add(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if ((nargs != 4 && nargs != 5) || !PyDict_CheckExact(args[0])
+        || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "tree_add() wants by_id (a dict), nodes (a list), the slow add, an "
+                        "entry and its info or not");
+        return NULL;
+    }
+    if (!node_type) {
+        PyErr_SetString(PyExc_RuntimeError, "tree_add() before configure_tree()");
+        return NULL;
+    }
+    PyObject *by_id = args[0], *nodes = args[1], *entry = args[3];
+    PyObject *info = nargs == 5 ? args[4] : Py_None;
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 4) {
+        goto slow;
+    }
+    PyObject *ident = PyTuple_GET_ITEM(entry, 1), *parent = PyTuple_GET_ITEM(entry, 2),
+             *kind = PyTuple_GET_ITEM(entry, 3);
+    if (!PyUnicode_CheckExact(ident) || !PyUnicode_CheckExact(parent)
+        || !PyUnicode_CheckExact(kind) || PyUnicode_CompareWithASCIIString(kind, "header") == 0) {
+        goto slow;
+    }
+    int found = PySet_Contains(known_kinds, kind);
+    if (found <= 0) {
+        if (found < 0) {
+            return NULL;
+        }
+        goto slow;
+    }
+    found = PyDict_Contains(by_id, parent);
+    if (found <= 0) {
+        if (found < 0) {
+            return NULL;
+        }
+        goto slow;
+    }
+    found = PyDict_Contains(by_id, ident);
+    if (found != 0) {
+        if (found < 0) {
+            return NULL;
+        }
+        goto slow;
+    }
+    PyObject *values[NODE_SLOTS] = {PyTuple_GET_ITEM(entry, 0), ident, parent, kind, info,
+                                    Py_False};
+    PyObject *node = new_node(values);
+    if (!node) {
+        return NULL;
+    }
+    int failed = PyDict_SetItem(by_id, ident, node) < 0 || PyList_Append(nodes, node) < 0;
+    Py_DECREF(node);
+    if (failed) {
+        return NULL;
+    }
+    return Py_NewRef(empty_args); /* add's `()` */
+slow:
+    return PyObject_Vectorcall(args[2], args + 3, nargs - 3, NULL);
+}
+
 static PyObject *
 ckernel_valid(PyObject *Py_UNUSED(module), PyObject *body)
 {
@@ -1773,6 +1899,11 @@ static PyMethodDef ckernel_methods[] = {
     {"any_in", (PyCFunction)(void (*)(void))ckernel_any_in, METH_FASTCALL,
      "any_in(text: str, ranges: bytes) -> bool: whether text holds a code point of "
      "ranges (native uint32 pairs first, last; sorted, disjoint)."},
+    {"configure_tree", (PyCFunction)(void (*)(void))ckernel_configure_tree, METH_FASTCALL,
+     "configure_tree(node_type, known_kinds): what tree_add() builds and checks with."},
+    {"tree_add", (PyCFunction)(void (*)(void))ckernel_tree_add, METH_FASTCALL,
+     "tree_add(by_id, nodes, slow, entry, info=None) -> (): TreeIndex.add's common case "
+     "(a known kind, not a header, its parent known, its id new), else slow(entry, info)."},
     {"valid", ckernel_valid, METH_O,
      "valid(body: bytes) -> bool: whether the kernel's grammar accepts body whole."},
     {NULL, NULL, 0, NULL},

@@ -36,8 +36,9 @@ from typing import Any
 import simdjson
 
 __all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "any_in_c",
-           "chained_c", "configure_c", "entry_c", "lazy_c", "parse_object", "scan", "scan_c",
-           "scan_simdjson", "use", "valid_c", "worth_it", "worth_it_c", "worth_it_simdjson"]
+           "chained_c", "configure_c", "configure_tree_c", "entry_c", "lazy_c", "parse_object",
+           "scan", "scan_c", "scan_simdjson", "tree_add_c", "use", "valid_c", "worth_it",
+           "worth_it_c", "worth_it_simdjson"]
 
 #: Lines shorter than this are parsed by orjson whole, per implementation. simdjson's
 #: fixed cost per line (its proxies, the key list that catches repeated keys) is ~1.8 us,
@@ -216,6 +217,11 @@ entry_c: Callable[[bytes, int], Any] | None
 #: entry of a physical line with its newline, when chained to the digest ``prev``), or
 #: ``None``.
 chained_c: Callable[[bytes, int, str], Any] | None
+#: tree.TreeIndex.add's common case in one call (``tree_add_c(by_id, nodes, slow, entry,
+#: info)``, ``slow`` the Python add for every other entry; configured with the Node
+#: type and the known kinds by ``configure_tree_c``), or ``None``.
+tree_add_c: Callable[..., Any] | None
+configure_tree_c: Callable[[type[Any], frozenset[str]], None] | None
 #: Whether the C kernel's grammar takes a line as one JSON value (``valid_c(body)``: it
 #: takes only what orjson takes, and defers some of that), or ``None``.
 valid_c: Callable[[bytes], bool] | None
@@ -230,15 +236,17 @@ try:
     from pipeline.ledger._ckernel import any_in as any_in_c
     from pipeline.ledger._ckernel import chained as chained_c
     from pipeline.ledger._ckernel import configure as configure_c
+    from pipeline.ledger._ckernel import configure_tree as configure_tree_c
     from pipeline.ledger._ckernel import entry as entry_c
     from pipeline.ledger._ckernel import lazy as lazy_c
     from pipeline.ledger._ckernel import scan as scan_c
     from pipeline.ledger._ckernel import scan_transcript as scan_transcript_c
+    from pipeline.ledger._ckernel import tree_add as tree_add_c
     from pipeline.ledger._ckernel import valid as valid_c
     from pipeline.ledger._ckernel import worth_it as worth_it_c
 except ImportError:  # not built here (no compiler at install): simdjson stands in
     scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = None
-    any_in_c = chained_c = valid_c = None
+    any_in_c = chained_c = valid_c = tree_add_c = configure_tree_c = None
 
 
 def _scan_none(body: bytes) -> None:

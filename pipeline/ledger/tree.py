@@ -7,10 +7,12 @@ of entries, not with the file size.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from pipeline.ledger.kernel import configure_tree_c, tree_add_c
 from pipeline.ledger.reader import KNOWN_KINDS, Entry
 from pipeline.ledger.redact import quote
 from pipeline.ledger.types import Code, Finding
@@ -102,6 +104,16 @@ class TreeIndex:
         self.nodes.append(node)
         return findings
 
+    def adder(self) -> Callable[..., Sequence[Finding]]:
+        """:meth:`add`, for a loop over many entries: where the C kernel built, its common
+        case (a known kind other than a header, whose parent came earlier, with a new
+        id) is one C call that makes the same node (``tree_add`` in
+        ``pipeline/ledger/_ckernel.c``), without :meth:`add`'s Python frame or the
+        dataclass's ``__init__``; every other entry is :meth:`add`'s."""
+        if tree_add_c is None:
+            return self.add
+        return partial(tree_add_c, self.by_id, self.nodes, self.add)
+
     def finish(self) -> list[Finding]:
         """Resolve parents seen late or never, mark the active chain; return findings."""
         findings: list[Finding] = []
@@ -156,3 +168,7 @@ class TreeIndex:
         Valid after :meth:`finish`, which marks the active chain.
         """
         return [n for n in self.nodes if not n.on_active_chain]
+
+
+if configure_tree_c is not None:
+    configure_tree_c(Node, KNOWN_KINDS)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.ledger import kernel
 from pipeline.ledger.reader import Entry
 from pipeline.ledger.tree import Node, TreeIndex
 from pipeline.ledger.types import Code, Finding, Severity
@@ -251,6 +253,50 @@ def test_the_active_chain_is_the_walk_from_the_head(
     assert tree.head is not None
     walk = {id(n) for n in tree.chain_to_root(tree.head)}
     assert {id(n) for n in tree.nodes if n.on_active_chain} == walk
+
+
+def tree_of(links: list[tuple[str, str | None, str]], fast: bool) -> TreeIndex:
+    tree = TreeIndex()
+    add = tree.adder() if fast else tree.add
+    for line, (ident, parent, kind) in enumerate(links, 1):
+        found = add(Entry(line, ident, parent, kind, "", None, None, "", {}), {"n": line})
+        assert isinstance(found, (tuple, list))
+    return tree
+
+
+def state(tree: TreeIndex) -> tuple[object, ...]:
+    return (tree.nodes, tree.by_id, tree.header, tree._unresolved, tree.finish(),
+            [n.on_active_chain for n in tree.nodes])
+
+
+@pytest.mark.skipif(kernel.tree_add_c is None, reason="the C kernel did not build here")
+@given(st.lists(st.tuples(IDS, st.none() | IDS,
+                          st.sampled_from(["header", "message", "receipt", "x", ""])),
+                min_size=1, max_size=12))
+def test_the_c_adder_builds_the_tree_add_builds(
+        links: list[tuple[str, str | None, str]]) -> None:
+    # Its common case in C, every other entry through add: the same nodes (each a Node
+    # equal field by field), index, header, findings and active chain.
+    fast, slow = tree_of(links, fast=True), tree_of(links, fast=False)
+    assert all(type(n) is Node for n in fast.nodes)
+    assert state(fast) == state(slow)
+
+
+@pytest.mark.skipif(kernel.tree_add_c is None, reason="the C kernel did not build here")
+def test_the_c_adder_takes_only_the_common_case() -> None:
+    tree = TreeIndex()
+    add = tree.adder()
+    header = Entry(1, "h", None, "header", "", None, None, "", {})
+    assert add(header) == [] and tree.header is not None  # add's own path
+    info = object()
+    assert add(Entry(2, "a", "h", "message", "", None, None, "", {}), info) == ()
+    made = tree.by_id["a"]
+    assert made == Node(2, "a", "h", "message", info) and made.info is info
+    assert tree.nodes == [tree.header, made]
+    assert [f.code.text for f in add(Entry(3, "a", "h", "message", "", None, None, "", {}))] \
+        == ["duplicate_id"]
+    assert [f.code.text for f in add(Entry(4, "b", "h", "nope", "", None, None, "", {}))] \
+        == ["unknown_kind"]
 
 
 def test_long_chain_is_walked_without_recursion() -> None:
