@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import pickle
 import posixpath
 import re
 import sys
@@ -548,12 +549,36 @@ class ShippedResult:
     compaction: dict[str, int]
 
 
-def shipped(task: Callable[..., BatchResult], *args: Any, **kwargs: Any) -> ShippedResult:
-    """:func:`redacted`, then :func:`ship`: what every task of a run runs on its
-    worker, the cyclic collector paused for the whole task (its objects' blocks
-    collecting the young generations as each ends: :mod:`pipeline.run.collector`)."""
+@dataclass(frozen=True, slots=True)
+class PackedBatch:
+    """A task's batch of session objects as it travels to its worker: pickled once, by
+    the runner. Dask's scheduler runs in the runner's process and would otherwise
+    unpickle every object of every batch and pickle it again for the worker (three
+    passes over thousands of objects a task, and the first task starts only once its
+    batch has made them); bytes it passes as they are (docs/scaling.md)."""
+
+    data: bytes
+
+    @classmethod
+    def of(cls, batch: list[SessionObject]) -> PackedBatch:
+        """``batch``, packed."""
+        return cls(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def objects(self) -> list[SessionObject]:
+        """The batch, unpacked (on the worker)."""
+        # The runner's own bytes, as Dask's own pickles are.
+        batch: list[SessionObject] = pickle.loads(self.data)
+        return batch
+
+
+def shipped(task: Callable[..., BatchResult], root: Location, index: int, batch: PackedBatch,
+            *args: Any) -> ShippedResult:
+    """``task(root, index, batch, *args)`` on its packed batch, :func:`redacted`, then
+    :func:`ship`: what every task of a run runs on its worker, the cyclic collector
+    paused for the whole task (its objects' blocks collecting the young generations as
+    each ends: :mod:`pipeline.run.collector`)."""
     with cyclic_gc_paused():
-        return ship(redacted(task, *args, **kwargs))
+        return ship(redacted(task, root, index, batch.objects(), *args))
 
 
 def ship(result: BatchResult) -> ShippedResult:
@@ -662,12 +687,13 @@ def run_batches(
     planned: dict[Any, tuple[int, list[SessionObject]]] = {}
 
     def submit(index: int, batch: list[SessionObject]) -> Any:
+        packed = PackedBatch.of(batch)
         if replay is None:
-            handle = run.submit(shipped, audit_batch, root, index, batch, context)
+            handle = run.submit(shipped, audit_batch, root, index, packed, context)
         else:
             from pipeline.run.replay_batches import replay_batch
 
-            handle = run.submit(shipped, replay_batch, root, index, batch, replay,
+            handle = run.submit(shipped, replay_batch, root, index, packed, replay,
                                 None if previous is None else
                                 {o.key.path: previous.get(o.key.path) for o in batch},
                                 context)

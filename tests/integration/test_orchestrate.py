@@ -11,6 +11,7 @@ import importlib
 import io
 import json
 import os
+import pickle
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ from pipeline.run.orchestrate import (
     MAX_BATCH_FILES,
     MIN_BATCH_BYTES,
     TASKS_PER_WORKER,
+    PackedBatch,
     RunSummary,
     plan_batches,
     redacted,
@@ -128,6 +130,15 @@ def test_plan_batches_giant_sessions_travel_alone() -> None:
     sessions = objects([10, MAX_BATCH_BYTES * 2, 10, MAX_BATCH_BYTES * 3, 10])
     batches = check_plan(sessions, 2)
     assert [len(b) for b in batches] == [1, 1, 1, 1, 1]
+
+
+def test_a_batch_travels_packed_and_arrives_whole() -> None:
+    # Pickled once by the runner: Dask (re)pickles only the bytes, never the objects.
+    batch = objects([10, 20, 30])
+    packed = PackedBatch.of(batch)
+    travelled = pickle.loads(pickle.dumps(packed))
+    assert travelled == packed and travelled.objects() == batch
+    assert len(pickle.dumps(packed)) < len(packed.data) + 100
 
 
 # --- runs_in_process ----------------------------------------------------------------------
@@ -405,7 +416,7 @@ def test_a_task_ships_its_tables_encoded_and_the_summary_read(
     batch = enumerate_sessions(root).sessions
     for task, args in ((audit_batch, ()), (replay_batch, (ReplayOptions(),))):
         plain = redacted(task, root, 0, batch, *args)
-        sent = shipped(task, root, 0, batch, *args)
+        sent = shipped(task, root, 0, PackedBatch.of(batch), *args)
         tables = {SESSIONS: plain.sessions, FINDINGS: plain.findings, **plain.extra}
         assert sent.parts.keys() == tables.keys() >= {SESSIONS, FINDINGS, "usage"}
         for name, part in sent.parts.items():
@@ -424,7 +435,8 @@ def test_a_task_ships_its_tables_encoded_and_the_summary_read(
     # Batches merged: the first sessions of each status over the run, sorted.
     summary = RunSummary("r", "root", "out")
     for index in range(0, len(batch), 5):
-        summary.note(shipped(audit_batch, root, index, batch[index:index + 5]))
+        summary.note(shipped(audit_batch, root, index,
+                             PackedBatch.of(batch[index:index + 5])))
     whole = redacted(audit_batch, root, 0, batch).sessions.select(columns).to_pylist()
     assert summary.status_examples == {
         status: sorted(r["session_path"] for r in whole if r["status"] == status)[:examples]

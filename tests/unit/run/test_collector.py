@@ -142,7 +142,7 @@ def test_a_task_holds_the_pause_and_each_object_still_collects_its_cycles(
 
     monkeypatch.setattr(batches, "read_object", leaving_a_cycle)
     monkeypatch.setattr(orchestrate, "ship", shipping)
-    result = orchestrate.shipped(audit_batch, root, 0, objects)
+    result = orchestrate.shipped(audit_batch, root, 0, orchestrate.PackedBatch.of(objects))
     assert sum(result.statuses.values()) == 2
     assert seen == [(False, None), (False, True), (False, True)]
     assert gc.isenabled()
