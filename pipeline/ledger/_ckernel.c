@@ -1596,9 +1596,8 @@ ckernel_entry(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
  * to `prev` (its prev_hash equal to it) and, if a message, with the scan's view (so no
  * repeated role to look for); else None, and read_ledger takes the line through its
  * general path, which reads it again and decides: the same verdict, entry and findings
- * either way. A blank line, a skipped over-long one (a bytes subclass), a torn tail
- * (no newline: the entry is the same, but read_ledger's own path says so) all go
- * there too only by what they are, never by a guess. */
+ * either way. A blank line, a skipped over-long one (a bytes subclass) and a line
+ * without its newline (a torn tail, which read_ledger's own path reports) go there too. */
 static PyObject *
 ckernel_chained(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
