@@ -306,11 +306,11 @@ def test_the_c_kernels_whole_entry_reads_a_session_as_the_reader_does(
                                                         without.usage)
 
 
-def without_chained(data: bytes, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The reader's items of ``data`` with the C kernel, its one-call common line off."""
+def without_chained(lines: list[bytes], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The reader's items of ``lines`` with the C kernel, its one-call common line off."""
     with monkeypatch.context() as m:
         m.setattr(reader, "_chained_c", None)
-        return list(read_ledger(io.BytesIO(data)))
+        return list(read_ledger(lines))
 
 
 #: Edits of a session's lines, each a way a line leaves the reader's common path.
@@ -354,17 +354,11 @@ def test_the_c_kernels_common_line_reads_a_session_as_the_reader_does(
             lines[at] = lines[at].replace(b'"prev_hash":"', b'"prev_hash":"0', 1)
         elif edit == "crlf":
             lines[at] = lines[at].replace(b"\n", b"\r\n")
-    edited = b"".join(lines)
-    with_chained = list(read_ledger(io.BytesIO(edited)))
-    assert with_chained == without_chained(edited, monkeypatch)
+    lines = b"".join(lines).splitlines(keepends=True)  # as a file yields them
     if any(edit == "oversize" for edit, _, _ in edits):
         # A skipped over-long line (the IO layer's marker) in the middle of the session.
-        at = len(lines) // 2
-        marked = [*lines[:at], OversizeLine(10**7, 10**6, terminated=True), *lines[at:]]
-        got = list(read_ledger(marked))
-        with monkeypatch.context() as m:
-            m.setattr(reader, "_chained_c", None)
-            assert got == list(read_ledger(marked))
+        lines.insert(len(lines) // 2, OversizeLine(10**7, 10**6, terminated=True))
+    assert list(read_ledger(lines)) == without_chained(lines, monkeypatch)
 
 
 @pytest.mark.skipif(kernel.chained_c is None, reason="the C kernel did not build here")
