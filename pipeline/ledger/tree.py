@@ -22,7 +22,9 @@ from pipeline.ledger.types import Code, Finding
 class Node:
     """What the tree keeps of one valid entry.
 
-    ``info`` is whatever the caller attached (for the audit: usage figures).
+    ``info`` is whatever the caller attached (for the audit: usage figures). Made in C
+    too (:meth:`TreeIndex.adder`: the type's allocator and its slots), so its
+    ``__init__`` only ever stores the fields; a test holds the two alike.
     """
 
     line: int
@@ -105,11 +107,12 @@ class TreeIndex:
         return findings
 
     def adder(self) -> Callable[..., Sequence[Finding]]:
-        """:meth:`add`, for a loop over many entries: where the C kernel built, its common
-        case (a known kind other than a header, whose parent came earlier, with a new
-        id) is one C call that makes the same node (``tree_add`` in
-        ``pipeline/ledger/_ckernel.c``), without :meth:`add`'s Python frame or the
-        dataclass's ``__init__``; every other entry is :meth:`add`'s."""
+        """:meth:`add`, for a loop over many entries, called as ``add(entry, info)``
+        (positional): where the C kernel built, its common case (a known kind other
+        than a header, whose parent came earlier, with a new id) is one C call that makes
+        the same node (``tree_add`` in ``pipeline/ledger/_ckernel.c``), without
+        :meth:`add`'s Python frame or the dataclass's ``__init__``; every other entry is
+        :meth:`add`'s."""
         if tree_add_c is None:
             return self.add
         return partial(tree_add_c, self.by_id, self.nodes, self.add)
