@@ -34,7 +34,8 @@ def usage_of(obj: Any) -> Usage | None:
     get = obj.get
     # Once per request and attempt: the usual in-range integers, an absent one read as
     # 0, in one test (vak leaves the cache counts out of most usages; a null takes the
-    # loop below). ``type() is int`` also refuses bool (a subclass of int).
+    # loop below). ``type() is int`` also refuses bool (a subclass of int). The keys are
+    # USAGE_KEYS spelled out (no tuple look-ups here); a property test holds them alike.
     i, o = get("input_tokens", 0), get("output_tokens", 0)
     r, c = get("cache_read_input_tokens", 0), get("cache_creation_input_tokens", 0)
     if (type(i) is int and type(o) is int and type(r) is int and type(c) is int
