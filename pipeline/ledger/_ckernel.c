@@ -1513,22 +1513,14 @@ done:
     return entry;
 }
 
-/* entry()'s work on a checked body: the entry or None (or NULL, an error). With
- * `plain_message`, also whether a message entry comes with the scan's view: only such
- * a message is known to hold no repeated key (reader._role_in_doubt). */
+/* entry()'s work on a checked body: the entry or None (or NULL, an error). */
 static PyObject *
-entry_impl(PyObject *body, PyObject *line, int *plain_message)
+entry_impl(PyObject *body, PyObject *line)
 {
     const char *buf = PyBytes_AS_STRING(body);
     Py_ssize_t size = PyBytes_GET_SIZE(body);
     if (!worth_it_impl(buf, size)) {
-        PyObject *eager = eager_entry(body, line);
-        if (plain_message && eager && eager != Py_None) {
-            /* No view: a message read whole is left to the reader's own look. */
-            *plain_message = PyUnicode_CompareWithASCIIString(
-                PyTuple_GET_ITEM(eager, 3), "message") != 0;
-        }
-        return eager;
+        return eager_entry(body, line);
     }
     PyObject *found = scan_impl((const u8 *)buf, size);
     if (!found || found == Py_None) {
@@ -1562,10 +1554,6 @@ entry_impl(PyObject *body, PyObject *line, int *plain_message)
     }
     PyTuple_SET_ITEM(entry, 7, Py_NewRef(digest));
     PyTuple_SET_ITEM(entry, 8, Py_NewRef(payload));
-    if (plain_message) {
-        *plain_message = PyTuple_GET_ITEM(found, 6) != Py_None
-            || PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(found, 2), "message") != 0;
-    }
 done:
     Py_XDECREF(digest);
     Py_XDECREF(payload);
@@ -1584,7 +1572,30 @@ ckernel_entry(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_RuntimeError, "entry() before configure()");
         return NULL;
     }
-    return entry_impl(args[0], args[1], NULL);
+    return entry_impl(args[0], args[1]);
+}
+
+/* reader._role_in_doubt's first test on an entry entry() made: whether it is other
+ * than a message, or a message with the scan's view (only such a message is known to
+ * hold no repeated key); a message read whole (an eager entry) has no view. 1, 0, or
+ * -1 with an error. */
+static int
+no_role_in_doubt(PyObject *entry)
+{
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(entry, 3), "message") != 0) {
+        return 1;
+    }
+    if (!Py_IS_TYPE(entry, entry_type)) {
+        return 0;
+    }
+    PyObject *slot = payload_slots[2]; /* view */
+    PyObject *view = Py_TYPE(slot)->tp_descr_get(slot, PyTuple_GET_ITEM(entry, 8), NULL);
+    if (!view) {
+        return -1;
+    }
+    int plain = view != Py_None;
+    Py_DECREF(view);
+    return plain;
 }
 
 /* reader.read_ledger's common line in one call:
@@ -1619,14 +1630,18 @@ ckernel_chained(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
     if (!body) {
         return NULL;
     }
-    int plain_message = 0;
-    PyObject *entry = entry_impl(body, args[1], &plain_message);
+    PyObject *entry = entry_impl(body, args[1]);
     Py_DECREF(body);
     if (!entry || entry == Py_None) {
         return entry;
     }
     PyObject *prev_hash = PyTuple_GET_ITEM(entry, 5);
-    int chained = plain_message && PyUnicode_CheckExact(prev_hash)
+    int plain = no_role_in_doubt(entry);
+    if (plain < 0) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    int chained = plain && PyUnicode_CheckExact(prev_hash)
         ? PyUnicode_Compare(prev_hash, prev) == 0 : 0;
     if (!chained) {
         Py_DECREF(entry);
