@@ -54,13 +54,14 @@ _TS_STR = re.compile(
 _DAYS: dict[str, bool] = {}
 _TS_MATCH = _TS_STR.match
 _MAX_DAYS = 4096
-#: Where a merged entry can start: vak writes every entry as ``{"id":"…","parent_id":…,
-#: "ts":"…`` (serde field order, compact). Matching the whole envelope prefix rather than
-#: ``{"id":`` alone skips the many nested ``{"id":…}`` objects a torn payload can hold
-#: (serde_json sorts map keys, so ``id`` often comes first in tool inputs), which would
-#: otherwise use up the probes before the merged entry is reached. Linear to scan: a run
-#: of ``[^"\\]`` stops at the next quote, and every candidate start holds quotes.
-_ENTRY_START = re.compile(rb'\{"id":"[^"\\]*","parent_id":(?:null|"[^"\\]*"),"ts":"')
+#: How vak starts every entry, and so where a merged entry can start: ``{"id":"…",
+#: "parent_id":…,"ts":"…`` (serde field order, compact). Matching the whole envelope
+#: prefix rather than ``{"id":`` alone skips the many nested ``{"id":…}`` objects a torn
+#: payload can hold (serde_json sorts map keys, so ``id`` often comes first in tool
+#: inputs), which would otherwise use up the probes before the merged entry is reached.
+#: Linear to scan: a run of ``[^"\\]`` stops at the next quote, and every candidate
+#: start holds quotes.
+ENTRY_START = re.compile(rb'\{"id":"[^"\\]*","parent_id":(?:null|"[^"\\]*"),"ts":"')
 #: A torn fragment is searched for a complete trailing entry at most this many times,
 #: so a hostile line full of ``{"id":`` cannot make recovery quadratic.
 MAX_MERGE_PROBES = 64
@@ -422,7 +423,7 @@ def _recover_merged(body: bytes, line: int) -> tuple[list[tuple[Entry, bool]], i
     itself a complete entry, the crash cut only the newline between two appends
     (``{A}{B}``): both are recovered, so a lost newline does not cost an entry.
     """
-    for probes, match in enumerate(_ENTRY_START.finditer(body, 1)):
+    for probes, match in enumerate(ENTRY_START.finditer(body, 1)):
         if probes >= MAX_MERGE_PROBES:
             break
         entry, dup, _ = parse_entry(body[match.start():], line)
