@@ -367,13 +367,12 @@ def test_the_c_kernels_common_line_is_only_a_chained_entry_with_nothing_to_look_
     assert kernel.chained_c is not None and kernel.entry_c is not None
     data = sample_session(turns=2).to_bytes()
     lines = data.splitlines(keepends=True)
-    prev = kernel.entry_c(lines[0][:-1], 1).digest
+    first = prev = kernel.entry_c(lines[0][:-1], 1).digest
     for n, raw in enumerate(lines[1:], 2):  # message, receipt and other lines alike
         entry = kernel.chained_c(raw, n, prev)
         assert entry is not None and entry == kernel.entry_c(raw[:-1], n)
         prev = entry.digest
     second = lines[1]
-    first = kernel.entry_c(lines[0][:-1], 1).digest
     assert kernel.chained_c(second, 2, first) is not None
     # Each of these is the reader's general path's to decide.
     assert kernel.chained_c(second, 2, "0" * 64) is None  # not chained to prev
