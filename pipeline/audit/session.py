@@ -8,7 +8,7 @@ of ``integrity/findings``).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -17,6 +17,7 @@ from pipeline.formats import UNKNOWN, VAK, detect
 from pipeline.ledger.entry import USAGE_KEYS, Usage, starts_turn, ts_nanos, usage_of
 from pipeline.ledger.entry import ZERO_USAGE as _ZERO
 from pipeline.ledger.entry import add_usage as _add
+from pipeline.ledger.kernel import configure_info_c, node_info_c
 from pipeline.ledger.layout import SessionKey, cwd_hash
 from pipeline.ledger.reader import Entry, LineStats, audit_view, read_ledger
 from pipeline.ledger.redact import quote
@@ -201,6 +202,15 @@ def _node_info(entry: Entry, bad: list[Finding]) -> Any:
     return None
 
 
+#: :func:`_node_info` as the audit calls it: the C kernel's where it built (docs/audit.md,
+#: "The per-line kernel": the info of a common message or receipt made there, any other
+#: entry handed to :func:`_node_info`, which decides), else the function itself.
+_info: Callable[[Entry, list[Finding]], Any] = _node_info
+if node_info_c is not None and configure_info_c is not None:
+    configure_info_c(_Request, _Receipt, _DIRECTIVE, _ZERO, _node_info)
+    _info = node_info_c
+
+
 def _transcript_info(entry: Entry, bad: list[Finding]) -> Any:
     """:func:`_node_info` of an entry an adapter made (:mod:`pipeline.formats`): its
     requests also carry the request they are part of, their one-hour cache writes and,
@@ -208,7 +218,7 @@ def _transcript_info(entry: Entry, bad: list[Finding]) -> Any:
     vak ledger, whatever its ``meta`` holds."""
     if entry.kind == "activity":
         return None  # most of a transcript's lines: nothing kept, no call further
-    info = _node_info(entry, bad)
+    info = _info(entry, bad)
     if type(info) is _Request:
         # The view, never ``entry.meta``: that would parse a lazy entry's whole line.
         meta = audit_view(entry).get("meta")
@@ -458,7 +468,7 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
     stats = LineStats()
     add = tree.adder()
     items = read_ledger(lines, stats) if fmt is None else fmt.read(lines, stats, header)
-    info = _node_info if fmt is None else _transcript_info
+    info = _info if fmt is None else _transcript_info
     for item in items:
         if isinstance(item, Finding):
             findings.append(item)

@@ -1363,6 +1363,57 @@ valid_ts_ascii(const Py_UCS1 *s, Py_ssize_t n)
     return day <= days_in[month - 1] + (month == 2 && leap);
 }
 
+/* Objects made in C without their type's __init__ (payloads, nodes, the audit's infos:
+ * that __init__ only stores its fields, and a test holds the two alike): the member
+ * descriptors of `type`'s slots `names`, into `out` (new references), 0; or -1 with an
+ * error naming the missing one and `out` unchanged. */
+static int
+slot_descriptors(const char *caller, PyObject *type, const char *const *names, int n,
+                 PyObject **out)
+{
+    PyObject *found[16];
+    if (n > 16) {
+        PyErr_Format(PyExc_SystemError, "%s(): too many slots", caller);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *slot = PyObject_GetAttrString(type, names[i]);
+        if (!slot || !Py_IS_TYPE(slot, &PyMemberDescr_Type)) {
+            Py_XDECREF(slot);
+            for (int j = 0; j < i; j++) {
+                Py_DECREF(found[j]);
+            }
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s(): %s has no slot %s", caller,
+                         ((PyTypeObject *)type)->tp_name, names[i]);
+            return -1;
+        }
+        found[i] = slot;
+    }
+    for (int i = 0; i < n; i++) {
+        Py_XSETREF(out[i], found[i]);
+    }
+    return 0;
+}
+
+/* An instance of `type` whose slots (descriptors `slots`) hold `values`, made without
+ * its __init__; a new reference or NULL. */
+static PyObject *
+slotted(PyTypeObject *type, PyObject *const *slots, PyObject *const *values, int n)
+{
+    PyObject *obj = type->tp_alloc(type, 0);
+    if (!obj) {
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        if (Py_TYPE(slots[i])->tp_descr_set(slots[i], obj, values[i]) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+    }
+    return obj;
+}
+
 /* The payload's four slots (body, data, view, mapper), as their member descriptors: a
  * payload is made by the type's allocator and these, without the Python frame of its
  * __init__ (which only stores the four), once a line. */
@@ -1382,21 +1433,9 @@ ckernel_configure(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
                         "payload type, hashlib.sha256 and the entry type (a tuple subclass)");
         return NULL;
     }
-    PyObject *slots[PAYLOAD_SLOTS];
-    for (int i = 0; i < PAYLOAD_SLOTS; i++) {
-        slots[i] = PyObject_GetAttrString(args[1], payload_slot_names[i]);
-        if (!slots[i] || !Py_IS_TYPE(slots[i], &PyMemberDescr_Type)) {
-            for (int j = 0; j <= i; j++) {
-                Py_XDECREF(slots[j]);
-            }
-            PyErr_Format(PyExc_TypeError,
-                         "configure(): the payload type has no slot %s",
-                         payload_slot_names[i]);
-            return NULL;
-        }
-    }
-    for (int i = 0; i < PAYLOAD_SLOTS; i++) {
-        Py_XSETREF(payload_slots[i], slots[i]);
+    if (slot_descriptors("configure", args[1], payload_slot_names, PAYLOAD_SLOTS,
+                         payload_slots) < 0) {
+        return NULL;
     }
     Py_XSETREF(entry_type, (PyTypeObject *)Py_NewRef(args[0]));
     Py_XSETREF(payload_type, Py_NewRef(args[1]));
@@ -1409,20 +1448,8 @@ ckernel_configure(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
 static PyObject *
 new_payload(PyObject *body, PyObject *data, PyObject *view, PyObject *mapper)
 {
-    PyTypeObject *type = (PyTypeObject *)payload_type;
-    PyObject *payload = type->tp_alloc(type, 0);
-    if (!payload) {
-        return NULL;
-    }
     PyObject *values[PAYLOAD_SLOTS] = {body, data, view, mapper};
-    for (int i = 0; i < PAYLOAD_SLOTS; i++) {
-        PyObject *slot = payload_slots[i];
-        if (Py_TYPE(slot)->tp_descr_set(slot, payload, values[i]) < 0) {
-            Py_DECREF(payload);
-            return NULL;
-        }
-    }
-    return payload;
+    return slotted((PyTypeObject *)payload_type, payload_slots, values, PAYLOAD_SLOTS);
 }
 
 #define ENTRY_FIELDS 9
@@ -1712,41 +1739,13 @@ ckernel_configure_tree(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
                         "configure_tree() wants the Node type and the known kinds (a frozenset)");
         return NULL;
     }
-    PyObject *slots[NODE_SLOTS];
-    for (int i = 0; i < NODE_SLOTS; i++) {
-        slots[i] = PyObject_GetAttrString(args[0], node_slot_names[i]);
-        if (!slots[i] || !Py_IS_TYPE(slots[i], &PyMemberDescr_Type)) {
-            for (int j = 0; j <= i; j++) {
-                Py_XDECREF(slots[j]);
-            }
-            PyErr_Format(PyExc_TypeError, "configure_tree(): the Node type has no slot %s",
-                         node_slot_names[i]);
-            return NULL;
-        }
-    }
-    for (int i = 0; i < NODE_SLOTS; i++) {
-        Py_XSETREF(node_slots[i], slots[i]);
+    if (slot_descriptors("configure_tree", args[0], node_slot_names, NODE_SLOTS,
+                         node_slots) < 0) {
+        return NULL;
     }
     Py_XSETREF(node_type, (PyTypeObject *)Py_NewRef(args[0]));
     Py_XSETREF(known_kinds, Py_NewRef(args[1]));
     Py_RETURN_NONE;
-}
-
-static PyObject *
-new_node(PyObject *const values[NODE_SLOTS])
-{
-    PyObject *node = node_type->tp_alloc(node_type, 0);
-    if (!node) {
-        return NULL;
-    }
-    for (int i = 0; i < NODE_SLOTS; i++) {
-        PyObject *slot = node_slots[i];
-        if (Py_TYPE(slot)->tp_descr_set(slot, node, values[i]) < 0) {
-            Py_DECREF(node);
-            return NULL;
-        }
-    }
-    return node;
 }
 
 static PyObject *
@@ -1797,7 +1796,7 @@ ckernel_tree_add(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t 
     }
     PyObject *values[NODE_SLOTS] = {PyTuple_GET_ITEM(entry, 0), ident, parent, kind, info,
                                     Py_False};
-    PyObject *node = new_node(values);
+    PyObject *node = slotted(node_type, node_slots, values, NODE_SLOTS);
     if (!node) {
         return NULL;
     }
@@ -1809,6 +1808,414 @@ ckernel_tree_add(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t 
     return Py_NewRef(empty_args); /* add's `()` */
 slow:
     return PyObject_Vectorcall(args[2], args + 3, nargs - 3, NULL);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The audit's node info of a vak entry: pipeline/audit/session.py's _node_info, in C.
+ *
+ *     node_info(entry, bad) -> info
+ *
+ * What the audit keeps of the common entries, made here: a message with the scan's
+ * view whose role is "user" (the directive marker or None, as starts_turn says) or
+ * "assistant" without meta, or with a meta object whose usage is absent, null or four
+ * in-range counts (a Request of its usage, ts and interned model); any kind other than
+ * a message or a receipt (None). Everything else (a receipt, a message read whole, a
+ * field of another type, a count out of range: whatever makes a finding) is
+ * slow(entry, bad)'s, the Python function, which decides and says why. The Request
+ * type (made with its allocator and its slots' descriptors, as the nodes above), the
+ * directive marker and the slow function are given once by configure_info(). */
+
+#define REQUEST_SLOTS 8
+static const char *request_slot_names[REQUEST_SLOTS] = {"usage", "ts", "model", "receipt",
+                                                        "key", "part", "write_1h", "mirror"};
+static PyObject *request_slots[REQUEST_SLOTS];
+static PyTypeObject *request_type = NULL;
+static PyObject *directive_marker = NULL, *info_slow = NULL;
+static PyObject *usage_keys[4], *zero_count = NULL, *zero_usage = NULL;
+static PyObject *s_control = NULL, *s_attempts = NULL, *s_winning_attempt = NULL,
+                *s_ordinal = NULL, *s_settlement = NULL, *s_provider = NULL,
+                *s_purpose = NULL;
+
+#define RECEIPT_SLOTS 9
+static const char *receipt_slot_names[RECEIPT_SLOTS] = {
+    "winning", "billed", "attempts", "failed", "ts", "provider", "model", "purpose",
+    "metered"};
+static PyObject *receipt_slots[RECEIPT_SLOTS];
+static PyTypeObject *receipt_type = NULL;
+
+static PyObject *
+ckernel_configure_info(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1])
+        || !PyTuple_CheckExact(args[3]) || !PyCallable_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "configure_info() wants the Request and Receipt "
+                                         "types, the directive marker, the zero usage and "
+                                         "the Python node info");
+        return NULL;
+    }
+    if (slot_descriptors("configure_info", args[0], request_slot_names, REQUEST_SLOTS,
+                         request_slots) < 0
+        || slot_descriptors("configure_info", args[1], receipt_slot_names, RECEIPT_SLOTS,
+                            receipt_slots) < 0) {
+        return NULL;
+    }
+    Py_XSETREF(request_type, (PyTypeObject *)Py_NewRef(args[0]));
+    Py_XSETREF(receipt_type, (PyTypeObject *)Py_NewRef(args[1]));
+    Py_XSETREF(directive_marker, Py_NewRef(args[2]));
+    Py_XSETREF(zero_usage, Py_NewRef(args[3]));
+    Py_XSETREF(info_slow, Py_NewRef(args[4]));
+    Py_RETURN_NONE;
+}
+
+/* A token count as usage_of takes it: an int (not a bool) from 0 to 2^63 - 1, or null
+ * (read as 0); 1 when it is one, 0 when not (usage_of refuses it: a finding). */
+static inline int
+count_ok(PyObject *v)
+{
+    if (v == Py_None) {
+        return 1;
+    }
+    if (!PyLong_CheckExact(v)) {
+        return 0;
+    }
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+    return !overflow && n >= 0; /* n == -1 with an error cannot happen on an exact int */
+}
+
+/* usage_of(raw) of a usage object whose counts all pass: a new tuple; Py_None (new) for
+ * an absent or null usage; NULL without an error when usage_of would refuse it (the
+ * slow path then says why), NULL with one on a failure. */
+static PyObject *
+usage_tuple(PyObject *raw)
+{
+    if (!raw || raw == Py_None) {
+        Py_RETURN_NONE;
+    }
+    if (!PyDict_Check(raw)) {
+        return NULL;
+    }
+    PyObject *t = PyTuple_New(4);
+    if (!t) {
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++) {
+        PyObject *v = PyDict_GetItemWithError(raw, usage_keys[i]);
+        if (!v) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(t);
+                return NULL;
+            }
+            v = zero_count;
+        }
+        if (!count_ok(v)) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, Py_NewRef(v == Py_None ? zero_count : v));
+    }
+    return t;
+}
+
+static PyObject *
+new_request(PyObject *usage, PyObject *ts, PyObject *model)
+{
+    PyObject *values[REQUEST_SLOTS] = {usage, ts, model, Py_None, Py_None, Py_False, Py_None,
+                                       Py_None};
+    return slotted(request_type, request_slots, values, REQUEST_SLOTS);
+}
+
+/* _name(v): an exact string, interned (a new reference); anything else None. */
+static PyObject *
+interned_name(PyObject *v)
+{
+    if (v && PyUnicode_CheckExact(v)) {
+        Py_INCREF(v);
+        PyUnicode_InternInPlace(&v);
+        return v;
+    }
+    return Py_NewRef(Py_None);
+}
+
+/* A dict's value at `key`, borrowed, or NULL: absent, or with an error set. */
+#define GET(d, key) PyDict_GetItemWithError((d), (key))
+
+/* _receipt_info of a receipt read whole (its data the parsed dict): a new Receipt; NULL
+ * without an error where the Python function would make a finding (it then decides),
+ * NULL with one on a failure. */
+static PyObject *
+receipt_info(PyObject *data, PyObject *ts)
+{
+    PyObject *attempts = GET(data, s_attempts);
+    if (PyErr_Occurred() || (attempts && attempts != Py_None && !PyList_CheckExact(attempts))) {
+        return NULL;
+    }
+    PyObject *win = GET(data, s_winning_attempt);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (win == Py_None) {
+        win = NULL;
+    }
+    Py_ssize_t n = attempts && attempts != Py_None ? PyList_GET_SIZE(attempts) : 0;
+    PyObject *metered = PyList_New(0);
+    if (!metered) {
+        return NULL;
+    }
+    PyObject *billed = Py_NewRef(zero_usage), *winning = Py_NewRef(Py_None), *result = NULL;
+    long failed = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *att = PyList_GET_ITEM(attempts, i);
+        if (!PyDict_CheckExact(att)) {
+            goto done;
+        }
+        PyObject *raw = GET(att, s_usage);
+        PyObject *ordinal = raw || !PyErr_Occurred() ? GET(att, s_ordinal) : NULL;
+        PyObject *settlement = !PyErr_Occurred() ? GET(att, s_settlement) : NULL;
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+        PyObject *u = usage_tuple(raw);
+        if (!u) {
+            goto done;
+        }
+        int is_win = 0;
+        if (win) {
+            is_win = PyObject_RichCompareBool(ordinal ? ordinal : Py_None, win, Py_EQ);
+            if (is_win < 0) {
+                Py_DECREF(u);
+                goto done;
+            }
+        }
+        if (is_win) {
+            Py_SETREF(winning, Py_NewRef(u));
+            win = NULL;
+        }
+        if (u != Py_None) {
+            if (billed == zero_usage) {
+                Py_SETREF(billed, Py_NewRef(u));
+            }
+            else {
+                PyObject *sum = PyTuple_New(4);
+                if (!sum) {
+                    Py_DECREF(u);
+                    goto done;
+                }
+                for (int k = 0; k < 4; k++) {
+                    PyObject *v = PyNumber_Add(PyTuple_GET_ITEM(billed, k), PyTuple_GET_ITEM(u, k));
+                    if (!v) {
+                        Py_DECREF(sum);
+                        Py_DECREF(u);
+                        goto done;
+                    }
+                    PyTuple_SET_ITEM(sum, k, v);
+                }
+                Py_SETREF(billed, sum);
+            }
+            PyObject *provider = !PyErr_Occurred() ? GET(att, s_provider) : NULL;
+            PyObject *model = !PyErr_Occurred() ? GET(att, s_model) : NULL;
+            if (PyErr_Occurred()) {
+                Py_DECREF(u);
+                goto done;
+            }
+            PyObject *row = PyTuple_New(6);
+            if (!row) {
+                Py_DECREF(u);
+                goto done;
+            }
+            PyTuple_SET_ITEM(row, 0, Py_NewRef(ordinal ? ordinal : Py_None));
+            PyTuple_SET_ITEM(row, 1, interned_name(settlement));
+            PyTuple_SET_ITEM(row, 2, Py_NewRef(u));
+            PyTuple_SET_ITEM(row, 3, interned_name(provider));
+            PyTuple_SET_ITEM(row, 4, interned_name(model));
+            PyTuple_SET_ITEM(row, 5, PyBool_FromLong(is_win));
+            int bad = PyList_Append(metered, row);
+            Py_DECREF(row);
+            if (bad) {
+                Py_DECREF(u);
+                goto done;
+            }
+        }
+        Py_DECREF(u);
+        if (!settlement || !PyUnicode_CheckExact(settlement)
+            || PyUnicode_CompareWithASCIIString(settlement, "ok") != 0) {
+            failed++;
+        }
+    }
+    {
+        PyObject *provider = GET(data, s_provider);
+        PyObject *model = !PyErr_Occurred() ? GET(data, s_model) : NULL;
+        PyObject *purpose = !PyErr_Occurred() ? GET(data, s_purpose) : NULL;
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+        PyObject *count = PyLong_FromSsize_t(n), *nfailed = PyLong_FromLong(failed);
+        PyObject *p = interned_name(provider), *m = interned_name(model),
+                 *why = interned_name(purpose);
+        if (count && nfailed) {
+            PyObject *values[RECEIPT_SLOTS] = {winning, billed, count, nfailed, ts, p, m, why,
+                                               metered};
+            result = slotted(receipt_type, receipt_slots, values, RECEIPT_SLOTS);
+        }
+        Py_XDECREF(count);
+        Py_XDECREF(nfailed);
+        Py_DECREF(p);
+        Py_DECREF(m);
+        Py_DECREF(why);
+    }
+done:
+    Py_DECREF(metered);
+    Py_DECREF(billed);
+    Py_DECREF(winning);
+    return result;
+}
+
+/* starts_turn(message, meta) of a user message's view: 1, 0, or -1 on an error. */
+static int
+view_starts_turn(PyObject *message, PyObject *meta)
+{
+    if (meta && PyDict_Check(meta)) {
+        PyObject *control = PyDict_GetItemWithError(meta, s_control);
+        if (control) {
+            int truth = PyObject_IsTrue(control);
+            if (truth != 0) {
+                return truth < 0 ? -1 : 0;
+            }
+        }
+        else if (PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    PyObject *blocks = PyDict_GetItemWithError(message, s_content);
+    if (!blocks || !PyList_Check(blocks)) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    int text = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(blocks); i++) {
+        PyObject *block = PyList_GET_ITEM(blocks, i);
+        if (!PyDict_Check(block)) {
+            continue;
+        }
+        PyObject *kind = PyDict_GetItemWithError(block, s_type);
+        if (!kind) {
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            continue;
+        }
+        if (PyUnicode_CheckExact(kind)) {
+            if (PyUnicode_CompareWithASCIIString(kind, "tool_result") == 0) {
+                return 0;
+            }
+            text = text || PyUnicode_CompareWithASCIIString(kind, "text") == 0;
+        }
+    }
+    return text;
+}
+
+static PyObject *
+ckernel_node_info(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "node_info() wants an entry and the findings list");
+        return NULL;
+    }
+    if (!request_type || !payload_type) {
+        PyErr_SetString(PyExc_RuntimeError, "node_info() before configure() and configure_info()");
+        return NULL;
+    }
+    PyObject *entry = args[0];
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 9) {
+        goto slow;
+    }
+    PyObject *kind = PyTuple_GET_ITEM(entry, 3);
+    if (!PyUnicode_CheckExact(kind)) {
+        goto slow;
+    }
+    if (PyUnicode_CompareWithASCIIString(kind, "message") != 0) {
+        if (PyUnicode_CompareWithASCIIString(kind, "receipt") != 0) {
+            Py_RETURN_NONE;
+        }
+        PyObject *data = PyTuple_GET_ITEM(entry, 8);
+        if (!PyDict_CheckExact(data)) {
+            goto slow; /* a lazy receipt: its data parsed there */
+        }
+        PyObject *info = receipt_info(data, PyTuple_GET_ITEM(entry, 4));
+        if (info || PyErr_Occurred()) {
+            return info;
+        }
+        goto slow;
+    }
+    PyObject *payload = PyTuple_GET_ITEM(entry, 8);
+    if (!Py_IS_TYPE(payload, (PyTypeObject *)payload_type)) {
+        goto slow; /* read whole: no view */
+    }
+    PyObject *slot = payload_slots[2]; /* view */
+    PyObject *view = Py_TYPE(slot)->tp_descr_get(slot, payload, NULL);
+    if (!view) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (!PyDict_CheckExact(view)) {
+        goto slow_view;
+    }
+    PyObject *message = PyDict_GetItemWithError(view, s_message);
+    PyObject *meta = message ? PyDict_GetItemWithError(view, s_meta) : NULL;
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    if (!message || !PyDict_CheckExact(message) || (meta && meta != Py_None && !PyDict_CheckExact(meta))) {
+        goto slow_view;
+    }
+    if (meta == Py_None) {
+        meta = NULL;
+    }
+    PyObject *content = PyDict_GetItemWithError(message, s_content);
+    PyObject *role = content ? PyDict_GetItemWithError(message, s_role) : NULL;
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    if (!content || !PyList_CheckExact(content) || !role || !PyUnicode_CheckExact(role)) {
+        goto slow_view;
+    }
+    if (PyUnicode_CompareWithASCIIString(role, "user") == 0) {
+        int starts = view_starts_turn(message, meta);
+        if (starts >= 0) {
+            result = Py_NewRef(starts ? directive_marker : Py_None);
+        }
+        goto done;
+    }
+    if (PyUnicode_CompareWithASCIIString(role, "assistant") != 0) {
+        goto slow_view;
+    }
+    PyObject *ts = PyTuple_GET_ITEM(entry, 4);
+    if (!meta) {
+        result = new_request(Py_None, ts, Py_None);
+        goto done;
+    }
+    PyObject *raw = PyDict_GetItemWithError(meta, s_usage);
+    PyObject *model = raw || !PyErr_Occurred() ? PyDict_GetItemWithError(meta, s_model) : NULL;
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    PyObject *usage = usage_tuple(raw);
+    if (!usage) {
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+        goto slow_view;
+    }
+    model = interned_name(model);
+    result = new_request(usage, ts, model);
+    Py_DECREF(usage);
+    Py_DECREF(model);
+done:
+    Py_DECREF(view);
+    return result;
+slow_view:
+    Py_DECREF(view);
+slow:
+    return PyObject_Vectorcall(info_slow, args, nargs, NULL);
 }
 
 static PyObject *
@@ -1887,6 +2294,12 @@ ckernel_any_in(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
 }
 
 static PyMethodDef ckernel_methods[] = {
+    {"configure_info", (PyCFunction)(void (*)(void))ckernel_configure_info, METH_FASTCALL,
+     "configure_info(request_type, receipt_type, directive, zero_usage, slow): what "
+     "node_info() makes and defers to."},
+    {"node_info", (PyCFunction)(void (*)(void))ckernel_node_info, METH_FASTCALL,
+     "node_info(entry, bad) -> info: the audit's node info of a common vak entry, else "
+     "slow(entry, bad)'s."},
     {"scan", ckernel_scan, METH_O,
      "scan(body: bytes) -> tuple | None: validate a line, read its envelope "
      "(pipeline/ledger/kernel.py's contract)."},
@@ -1963,6 +2376,27 @@ PyInit__ckernel(void)
     if (!s_message || !s_role || !s_content || !s_type || !s_meta || !s_model || !s_id
         || !s_usage || !s_data || !s_hexdigest || !s_parent_id || !s_kind || !s_ts
         || !s_prev_hash || !s_at_turn) {
+        return NULL;
+    }
+    static const char *const usage_names[4] = {"input_tokens", "output_tokens",
+                                               "cache_read_input_tokens",
+                                               "cache_creation_input_tokens"};
+    for (int i = 0; i < 4; i++) {
+        usage_keys[i] = PyUnicode_InternFromString(usage_names[i]);
+        if (!usage_keys[i]) {
+            return NULL;
+        }
+    }
+    zero_count = PyLong_FromLong(0);
+    s_control = PyUnicode_InternFromString("control");
+    s_attempts = PyUnicode_InternFromString("attempts");
+    s_winning_attempt = PyUnicode_InternFromString("winning_attempt");
+    s_ordinal = PyUnicode_InternFromString("ordinal");
+    s_settlement = PyUnicode_InternFromString("settlement");
+    s_provider = PyUnicode_InternFromString("provider");
+    s_purpose = PyUnicode_InternFromString("purpose");
+    if (!zero_count || !s_control || !s_attempts || !s_winning_attempt || !s_ordinal
+        || !s_settlement || !s_provider || !s_purpose) {
         return NULL;
     }
     for (int i = 0; i < CC_NSCALARS; i++) {

@@ -36,7 +36,8 @@ from typing import Any
 import simdjson
 
 __all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "any_in_c",
-           "chained_c", "configure_c", "configure_tree_c", "entry_c", "lazy_c", "parse_object",
+           "chained_c", "configure_c", "configure_info_c", "configure_tree_c", "entry_c", "lazy_c",
+           "node_info_c", "parse_object",
            "scan", "scan_c", "scan_simdjson", "tree_add_c", "use", "valid_c", "worth_it",
            "worth_it_c", "worth_it_simdjson"]
 
@@ -222,6 +223,14 @@ chained_c: Callable[[bytes, int, str], Any] | None
 #: type and the known kinds by ``configure_tree_c``), or ``None``.
 tree_add_c: Callable[..., Any] | None
 configure_tree_c: Callable[[type[Any], frozenset[str]], None] | None
+#: The audit's node info of a common vak entry in one call (``node_info_c(entry, bad)``:
+#: pipeline/audit/session.py's ``_node_info``, which it calls for every other entry;
+#: configured with the request and receipt types, the directive marker, the zero usage
+#: and that function by
+#: ``configure_info_c``), or ``None``.
+node_info_c: Callable[[Any, list[Any]], Any] | None
+configure_info_c: Callable[[type[Any], type[Any], object, tuple[int, int, int, int],
+                            Callable[[Any, list[Any]], Any]], None] | None
 #: Whether the C kernel's grammar takes a line as one JSON value (``valid_c(body)``: it
 #: takes only what orjson takes, and defers some of that), or ``None``.
 valid_c: Callable[[bytes], bool] | None
@@ -236,9 +245,11 @@ try:
     from pipeline.ledger._ckernel import any_in as any_in_c
     from pipeline.ledger._ckernel import chained as chained_c
     from pipeline.ledger._ckernel import configure as configure_c
+    from pipeline.ledger._ckernel import configure_info as configure_info_c
     from pipeline.ledger._ckernel import configure_tree as configure_tree_c
     from pipeline.ledger._ckernel import entry as entry_c
     from pipeline.ledger._ckernel import lazy as lazy_c
+    from pipeline.ledger._ckernel import node_info as node_info_c
     from pipeline.ledger._ckernel import scan as scan_c
     from pipeline.ledger._ckernel import scan_transcript as scan_transcript_c
     from pipeline.ledger._ckernel import tree_add as tree_add_c
@@ -247,6 +258,7 @@ try:
 except ImportError:  # not built here (no compiler at install): simdjson stands in
     scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = None
     any_in_c = chained_c = valid_c = tree_add_c = configure_tree_c = None
+    node_info_c = configure_info_c = None
 
 
 def _scan_none(body: bytes) -> None:

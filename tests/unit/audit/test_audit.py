@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.audit.session import _Receipt, _Request, audit_session
-from pipeline.ledger.entry import USAGE_KEYS, ts_nanos, usage_of
+from pipeline.audit.session import _DIRECTIVE, _node_info, _Receipt, _Request, audit_session
+from pipeline.ledger import kernel
+from pipeline.ledger.entry import USAGE_KEYS, ZERO_USAGE, ts_nanos, usage_of
 from pipeline.ledger.layout import parse_session_path
+from pipeline.ledger.reader import Entry, parse_entry, parse_entry_orjson
 from pipeline.ledger.tree import Node
 from pipeline.ledger.types import MAX_TOKEN_COUNT, Code, token_count
 from tests.helpers.data_paths import SPEC
@@ -23,6 +25,7 @@ from tests.helpers.ledgers import (
     attempt,
     audit_bytes,
     codes,
+    dumps,
     sample_session,
     sha,
     split_lines,
@@ -340,3 +343,135 @@ def test_example_ledger_audits_clean() -> None:
     assert row["billed_input_tokens"] == 812 and row["receipt_attempts"] == 1
     assert row["first_ts"] == ts_nanos("2026-09-21T14:13:20.123456789Z")
     assert row["last_ts"] == ts_nanos("2026-09-21T14:13:22.716049358Z")
+
+
+# The node info of an entry, made in C for the common ones (kernel.node_info_c): the same
+# info and findings as _node_info on any payload a vak line can carry where the audit
+# reads it. JSON values of every type at every field the info reads, and the values vak
+# writes there, more often.
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                max_size=3),
+    max_leaves=6)
+_JSON_COUNT = (st.integers(0, MAX_TOKEN_COUNT) | st.integers() | st.booleans() | st.floats(
+    allow_nan=False, allow_infinity=False) | st.text(max_size=3) | st.none() | st.just(_ABSENT))
+_NAME = st.sampled_from(["ok", "failed", "anthropic", "claude-sonnet-4-5"]) | _JSON
+
+
+def _some(**fields: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Objects with any of ``fields`` (each may be absent)."""
+    return st.fixed_dictionaries({}, optional=fields)
+
+
+_USAGE = (st.builds(lambda counts: {k: v for k, v in zip(USAGE_KEYS, counts, strict=True)
+                                    if v is not _ABSENT},
+                    st.tuples(_JSON_COUNT, _JSON_COUNT, _JSON_COUNT, _JSON_COUNT)) | _JSON)
+_BLOCK_TYPE = st.sampled_from(["text", "tool_result", "tool_use"])
+_BLOCK = _some(type=_BLOCK_TYPE | _JSON, text=_JSON) | _JSON
+_META = _some(usage=_USAGE, model=_NAME, control=_JSON)
+_MESSAGE_PAYLOAD = (
+    # As vak writes them: a role, blocks of its types, a meta.
+    st.fixed_dictionaries({
+        "message": st.fixed_dictionaries({
+            "role": st.sampled_from(["user", "assistant"]),
+            "content": st.lists(st.fixed_dictionaries({"type": _BLOCK_TYPE}), max_size=3)}),
+    }, optional={"meta": _META})
+    # Anything at each field the info reads.
+    | _some(message=_some(role=st.sampled_from(["user", "assistant", "system"]) | _JSON,
+                          content=st.lists(_BLOCK, max_size=3) | _JSON) | _JSON,
+            meta=_META | _JSON)
+)
+_ORDINAL = st.integers(-1, 3) | st.sampled_from([1.0, True, None]) | _JSON
+_RECEIPT_PAYLOAD = _some(
+    attempts=st.lists(_some(ordinal=_ORDINAL, settlement=_NAME, usage=_USAGE, provider=_NAME,
+                            model=_NAME) | _JSON, max_size=4) | _JSON,
+    winning_attempt=_ORDINAL, provider=_NAME, model=_NAME, purpose=_NAME,
+)
+
+
+def _entries(kind: str, payload: dict[str, Any]) -> list[Entry]:
+    """A vak line of ``kind`` and ``payload`` as the reader reads it, with the kernel
+    and with orjson alone (a message then has no view)."""
+    body = dumps({"id": "e", "parent_id": "p", "ts": "2026-11-01T05:09:29.866Z",
+                  "kind": kind, **payload})
+    return [e for e in (parse_entry(body, 2)[0], parse_entry_orjson(body, 2)[0])
+            if e is not None]
+
+
+@pytest.mark.skipif(kernel.node_info_c is None, reason="the C kernel did not build here")
+@settings(max_examples=500)  # three kinds of entry, each with its own shapes
+@given(st.tuples(st.just("message"), _MESSAGE_PAYLOAD)
+       | st.tuples(st.just("receipt"), _RECEIPT_PAYLOAD)
+       | st.tuples(st.sampled_from(["turn_card", "activity"]), _MESSAGE_PAYLOAD))
+def test_the_c_node_info_is_the_python_one(case: tuple[str, dict[str, Any]]) -> None:
+    assert kernel.node_info_c is not None
+    for entry in _entries(*case):
+        bad_c: list[Any] = []
+        bad_py: list[Any] = []
+        got, want = kernel.node_info_c(entry, bad_c), _node_info(entry, bad_py)
+        assert type(got) is type(want) and got == want
+        assert bad_c == bad_py
+        if type(want) is _Request and want.usage is not None:
+            assert [type(n) for n in got.usage] == [int] * 4
+        if type(want) is _Receipt:
+            assert type(got.billed) is tuple and got.billed == want.billed
+
+
+@pytest.fixture
+def slow_calls() -> Any:
+    """The entries the C node info hands to the Python one, recorded while it runs."""
+    assert kernel.configure_info_c is not None
+    calls: list[Entry] = []
+
+    def slow(entry: Entry, bad: list[Any]) -> Any:
+        calls.append(entry)
+        return _node_info(entry, bad)
+
+    kernel.configure_info_c(_Request, _Receipt, _DIRECTIVE, ZERO_USAGE, slow)
+    try:
+        yield calls
+    finally:
+        kernel.configure_info_c(_Request, _Receipt, _DIRECTIVE, ZERO_USAGE, _node_info)
+
+
+@pytest.mark.skipif(kernel.node_info_c is None, reason="the C kernel did not build here")
+def test_the_c_node_info_takes_only_the_common_entries(slow_calls: list[Entry]) -> None:
+    assert kernel.node_info_c is not None
+    b = LedgerBuilder()
+    b.header()
+    b.user("q")
+    b.control()
+    b.assistant("a", u=usage(10, 2, 3))
+    b.assistant("no usage")
+    b.message("assistant", [], None)
+    b.receipt([attempt(0, "failed", usage(5, 0)), attempt(1, "ok", usage(10, 2, 3))],
+              winning=1)
+    b.activity()
+    common = [e for body in b.bodies() if (e := parse_entry(body, 1)[0]) is not None]
+    infos = [kernel.node_info_c(e, []) for e in common]
+    assert slow_calls == []
+    assert infos[:3] == [None, _DIRECTIVE, None]  # header, prompt, control nudge
+    assert infos[3] == _Request((10, 2, 3, 0), common[3].ts, "gemma4:e2b-mlx")
+    assert infos[4] == _Request(None, common[4].ts, "gemma4:e2b-mlx")
+    assert infos[5] == _Request(None, common[5].ts, None)
+    receipt = infos[6]
+    assert type(receipt) is _Receipt and (receipt.attempts, receipt.failed) == (2, 1)
+    assert receipt.billed == (15, 2, 3, 0) and receipt.winning == (10, 2, 3, 0)
+    assert infos[7] is None
+    # Whatever makes a finding is the Python function's, which makes it.
+    odd = [parse_entry(dumps({"id": "x", "parent_id": "p", "ts": "2026-11-01T05:09:29Z",
+                              "kind": kind, **payload}), 9)[0]
+           for kind, payload in [
+               ("message", {"message": {"role": "assistant", "content": []},
+                            "meta": {"usage": {"input_tokens": -1}}}),
+               ("message", {"message": {"role": "robot", "content": []}}),
+               ("receipt", {"attempts": [{"ordinal": 0, "usage": {"output_tokens": True}}]}),
+               ("receipt", {"attempts": 5})]]
+    bad: list[Any] = []
+    for entry in odd:
+        assert entry is not None
+        kernel.node_info_c(entry, bad)
+    assert slow_calls == odd
+    assert [f.code for f in bad] == [Code.BAD_FIELD] * 4
