@@ -266,12 +266,24 @@ class SessionAudit:
 
 
 def verdict(findings: list[Finding]) -> dict[str, Any]:
-    """A session row's ``status`` and counts per severity."""
-    counts = {s: 0 for s in Severity}
+    """A session row's ``status`` (:meth:`Status.of <pipeline.ledger.types.Status.of>`)
+    and counts per severity."""
+    # Once per session, in one pass: the status from the counts (the worst severity
+    # found), no iteration of the enums (a tenth of a small session's audit).
+    errors = warnings = infos = 0
     for f in findings:
-        counts[f.severity] += 1
-    return {"status": Status.of(findings).value, "errors": counts[Severity.ERROR],
-            "warnings": counts[Severity.WARNING], "infos": counts[Severity.INFO]}
+        severity = f.severity
+        if severity is Severity.ERROR:
+            errors += 1
+        elif severity is Severity.WARNING:
+            warnings += 1
+        else:
+            infos += 1
+    status = _ERROR if errors else _WARNING if warnings else _OK
+    return {"status": status, "errors": errors, "warnings": warnings, "infos": infos}
+
+
+_ERROR, _WARNING, _OK = Status.ERROR.value, Status.WARNING.value, Status.OK.value
 
 
 def _header_fields(entry: Entry, bad: list[Finding]) -> dict[str, Any]:

@@ -10,13 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.audit.session import _DIRECTIVE, _node_info, _Receipt, _Request, audit_session
+from pipeline.audit.session import (
+    _DIRECTIVE,
+    _node_info,
+    _Receipt,
+    _Request,
+    audit_session,
+    verdict,
+)
 from pipeline.ledger import kernel
 from pipeline.ledger.entry import USAGE_KEYS, ZERO_USAGE, ts_nanos, usage_of
 from pipeline.ledger.layout import parse_session_path
 from pipeline.ledger.reader import Entry, parse_entry, parse_entry_orjson
 from pipeline.ledger.tree import Node
-from pipeline.ledger.types import MAX_TOKEN_COUNT, Code, token_count
+from pipeline.ledger.types import MAX_TOKEN_COUNT, Code, Finding, Severity, Status, token_count
 from tests.helpers.data_paths import SPEC
 from tests.helpers.ledgers import (
     BASE_SECONDS,
@@ -475,3 +482,13 @@ def test_the_c_node_info_takes_only_the_common_entries(slow_calls: list[Entry]) 
         kernel.node_info_c(entry, bad)
     assert slow_calls == odd
     assert [f.code for f in bad] == [Code.BAD_FIELD] * 4
+
+
+@given(st.lists(st.sampled_from(list(Code)), max_size=6))
+def test_a_verdict_counts_each_severity_and_takes_the_worst(found: list[Code]) -> None:
+    findings = [Finding(code, None, None, "") for code in found]
+    row = verdict(findings)
+    assert row == {"status": Status.of(findings).value,
+                   "errors": sum(f.severity is Severity.ERROR for f in findings),
+                   "warnings": sum(f.severity is Severity.WARNING for f in findings),
+                   "infos": sum(f.severity is Severity.INFO for f in findings)}
