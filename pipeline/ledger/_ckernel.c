@@ -2121,7 +2121,8 @@ ckernel_node_info(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
         return NULL;
     }
     if (!request_type || !payload_type) {
-        PyErr_SetString(PyExc_RuntimeError, "node_info() before configure() and configure_info()");
+        PyErr_SetString(PyExc_RuntimeError,
+                        "node_info() before configure() and configure_info()");
         return NULL;
     }
     PyObject *entry = args[0];
@@ -2164,7 +2165,8 @@ ckernel_node_info(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
     if (PyErr_Occurred()) {
         goto done;
     }
-    if (!message || !PyDict_CheckExact(message) || (meta && meta != Py_None && !PyDict_CheckExact(meta))) {
+    if (!message || !PyDict_CheckExact(message)
+        || (meta && meta != Py_None && !PyDict_CheckExact(meta))) {
         goto slow_view;
     }
     if (meta == Py_None) {
