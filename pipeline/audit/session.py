@@ -479,8 +479,12 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
 
     stats = LineStats()
     add = tree.adder()
-    items = read_ledger(lines, stats) if fmt is None else fmt.read(lines, stats, header)
     info = _info if fmt is None else _transcript_info
+    # A vak ledger's common lines go to the tree in one C loop, never yielded (except
+    # when every entry is kept): the last entry it took is run_last[0].
+    run_last: list[Entry | None] = [None]
+    run = tree.runner(info, findings, run_last) if fmt is None and keep is None else None
+    items = read_ledger(lines, stats, run) if fmt is None else fmt.read(lines, stats, header)
     for item in items:
         if isinstance(item, Finding):
             findings.append(item)
@@ -496,6 +500,9 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
         if not first_ts:
             first_ts = item.ts
         last_entry = item
+    ran = run_last[0]
+    if ran is not None and (last_entry is None or ran.line > last_entry.line):
+        last_entry = ran
     findings.extend(tree.finish())
     if fmt is None:
         findings.extend(_placement(key, tree, header))

@@ -1625,6 +1625,39 @@ no_role_in_doubt(PyObject *entry)
     return plain;
 }
 
+/* chained()'s answer: raw any bytes, line an int. */
+static PyObject *
+chained_impl(PyObject *raw, PyObject *line, PyObject *prev)
+{
+    Py_ssize_t size = PyBytes_GET_SIZE(raw);
+    if (!PyBytes_CheckExact(raw) || !PyUnicode_CheckExact(prev) || size < 2
+        || PyBytes_AS_STRING(raw)[size - 1] != '\n') {
+        Py_RETURN_NONE;
+    }
+    PyObject *body = PyBytes_FromStringAndSize(PyBytes_AS_STRING(raw), size - 1);
+    if (!body) {
+        return NULL;
+    }
+    PyObject *entry = entry_impl(body, line);
+    Py_DECREF(body);
+    if (!entry || entry == Py_None) {
+        return entry;
+    }
+    PyObject *prev_hash = PyTuple_GET_ITEM(entry, 5);
+    int plain = no_role_in_doubt(entry);
+    if (plain < 0) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    int chained = plain && PyUnicode_CheckExact(prev_hash)
+        ? PyUnicode_Compare(prev_hash, prev) == 0 : 0;
+    if (!chained) {
+        Py_DECREF(entry);
+        Py_RETURN_NONE;
+    }
+    return entry;
+}
+
 /* reader.read_ledger's common line in one call:
  *
  *     chained(raw: bytes, line: int, prev: str) -> LazyEntry | Entry | None
@@ -1647,34 +1680,7 @@ ckernel_chained(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_RuntimeError, "chained() before configure()");
         return NULL;
     }
-    PyObject *raw = args[0], *prev = args[2];
-    Py_ssize_t size = PyBytes_GET_SIZE(raw);
-    if (!PyBytes_CheckExact(raw) || !PyUnicode_CheckExact(prev) || size < 2
-        || PyBytes_AS_STRING(raw)[size - 1] != '\n') {
-        Py_RETURN_NONE;
-    }
-    PyObject *body = PyBytes_FromStringAndSize(PyBytes_AS_STRING(raw), size - 1);
-    if (!body) {
-        return NULL;
-    }
-    PyObject *entry = entry_impl(body, args[1]);
-    Py_DECREF(body);
-    if (!entry || entry == Py_None) {
-        return entry;
-    }
-    PyObject *prev_hash = PyTuple_GET_ITEM(entry, 5);
-    int plain = no_role_in_doubt(entry);
-    if (plain < 0) {
-        Py_DECREF(entry);
-        return NULL;
-    }
-    int chained = plain && PyUnicode_CheckExact(prev_hash)
-        ? PyUnicode_Compare(prev_hash, prev) == 0 : 0;
-    if (!chained) {
-        Py_DECREF(entry);
-        Py_RETURN_NONE;
-    }
-    return entry;
+    return chained_impl(args[0], args[1], args[2]);
 }
 
 /* reader.lazy_entry(line, id, parent, kind, ts, digest, body, view[, mapper]): the
@@ -1748,22 +1754,11 @@ ckernel_configure_tree(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
     Py_RETURN_NONE;
 }
 
+/* tree_add()'s answer: `info` given (with_info) or None. */
 static PyObject *
-ckernel_tree_add(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+tree_add_impl(PyObject *by_id, PyObject *nodes, PyObject *slow, PyObject *entry,
+              PyObject *info, int with_info)
 {
-    if ((nargs != 4 && nargs != 5) || !PyDict_CheckExact(args[0])
-        || !PyList_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "tree_add() wants by_id (a dict), nodes (a list), the slow add, an "
-                        "entry and its info or not");
-        return NULL;
-    }
-    if (!node_type) {
-        PyErr_SetString(PyExc_RuntimeError, "tree_add() before configure_tree()");
-        return NULL;
-    }
-    PyObject *by_id = args[0], *nodes = args[1], *entry = args[3];
-    PyObject *info = nargs == 5 ? args[4] : Py_None;
     if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 4) {
         goto slow;
     }
@@ -1806,8 +1801,28 @@ ckernel_tree_add(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     return Py_NewRef(empty_args); /* add's `()` */
-slow:
-    return PyObject_Vectorcall(args[2], args + 3, nargs - 3, NULL);
+slow: {
+        PyObject *call[2] = {entry, info};
+        return PyObject_Vectorcall(slow, call, with_info ? 2 : 1, NULL);
+    }
+}
+
+static PyObject *
+ckernel_tree_add(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if ((nargs != 4 && nargs != 5) || !PyDict_CheckExact(args[0])
+        || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "tree_add() wants by_id (a dict), nodes (a list), the slow add, an "
+                        "entry and its info or not");
+        return NULL;
+    }
+    if (!node_type) {
+        PyErr_SetString(PyExc_RuntimeError, "tree_add() before configure_tree()");
+        return NULL;
+    }
+    return tree_add_impl(args[0], args[1], args[2], args[3], nargs == 5 ? args[4] : Py_None,
+                         nargs == 5);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -2220,6 +2235,172 @@ slow:
     return PyObject_Vectorcall(info_slow, args, nargs, NULL);
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* The audit's common lines in one loop: read_ledger's common line, the node's info and
+ * the tree's add, for as many lines as follow one another that way.
+ *
+ *     pushback(lines) -> Lines
+ *     run(by_id, nodes, slow_add, info, findings, last, lines, number, prev)
+ *         -> (taken, nbytes, prev)
+ *
+ * Lines iterates `lines` and gives back first a line pushed back into it. run() takes
+ * the lines that follow line `number` from it while each is a common line (chained()'s
+ * entry, chained to the one before, starting from `prev`) of a kind other than a
+ * header: each entry's info is info(entry, findings), its node tree_add()'s (slow_add
+ * the Python add, whose findings are appended to `findings`), and last[0] the last
+ * entry taken. The first line it does not take is pushed back, for read_ledger's own
+ * loop, which reads it as before. The answer counts the lines taken and their bytes,
+ * and gives the last digest. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *it;
+    PyObject *pushed;
+} LinesObject;
+
+static int
+lines_traverse(LinesObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->it);
+    Py_VISIT(self->pushed);
+    return 0;
+}
+
+static int
+lines_clear(LinesObject *self)
+{
+    Py_CLEAR(self->it);
+    Py_CLEAR(self->pushed);
+    return 0;
+}
+
+static void
+lines_dealloc(LinesObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    lines_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+lines_next(LinesObject *self)
+{
+    if (self->pushed) {
+        PyObject *line = self->pushed;
+        self->pushed = NULL;
+        return line;
+    }
+    return PyIter_Next(self->it);
+}
+
+static PyTypeObject LinesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pipeline.ledger._ckernel.Lines",
+    .tp_basicsize = sizeof(LinesObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A file's lines with one line pushed back (run()'s first line not taken).",
+    .tp_traverse = (traverseproc)lines_traverse,
+    .tp_clear = (inquiry)lines_clear,
+    .tp_dealloc = (destructor)lines_dealloc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)lines_next,
+};
+
+static PyObject *
+ckernel_pushback(PyObject *Py_UNUSED(module), PyObject *lines)
+{
+    PyObject *it = PyObject_GetIter(lines);
+    if (!it) {
+        return NULL;
+    }
+    LinesObject *self = PyObject_GC_New(LinesObject, &LinesType);
+    if (!self) {
+        Py_DECREF(it);
+        return NULL;
+    }
+    self->it = it;
+    self->pushed = NULL;
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
+static PyObject *
+ckernel_run(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9 || !PyDict_CheckExact(args[0]) || !PyList_CheckExact(args[1])
+        || !PyList_CheckExact(args[4]) || !PyList_CheckExact(args[5])
+        || PyList_GET_SIZE(args[5]) != 1 || !Py_IS_TYPE(args[6], &LinesType)
+        || !PyLong_Check(args[7]) || !PyUnicode_CheckExact(args[8])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "run() wants by_id, nodes, the slow add, the info, the findings, "
+                        "[last], pushback lines, a line number and a digest");
+        return NULL;
+    }
+    if (!entry_type || !node_type) {
+        PyErr_SetString(PyExc_RuntimeError, "run() before configure() and configure_tree()");
+        return NULL;
+    }
+    PyObject *by_id = args[0], *nodes = args[1], *slow = args[2], *info_fn = args[3];
+    PyObject *findings = args[4], *last = args[5];
+    LinesObject *lines = (LinesObject *)args[6];
+    long long number = PyLong_AsLongLong(args[7]);
+    if (number == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *prev = Py_NewRef(args[8]);
+    long long taken = 0, nbytes = 0;
+    for (;;) {
+        PyObject *raw = lines_next(lines);
+        if (!raw) {
+            if (PyErr_Occurred()) {
+                goto fail;
+            }
+            break;
+        }
+        PyObject *line = PyLong_FromLongLong(number + taken + 1);
+        PyObject *entry = line ? chained_impl(raw, line, prev) : NULL;
+        Py_XDECREF(line);
+        if (!entry) {
+            Py_DECREF(raw);
+            goto fail;
+        }
+        if (entry == Py_None
+            || PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(entry, 3), "header") == 0) {
+            Py_DECREF(entry);
+            lines->pushed = raw; /* read_ledger's loop reads it next */
+            break;
+        }
+        Py_ssize_t size = PyBytes_GET_SIZE(raw);
+        Py_DECREF(raw);
+        PyObject *call[2] = {entry, findings};
+        PyObject *info = PyObject_Vectorcall(info_fn, call, 2, NULL);
+        PyObject *found = info ? tree_add_impl(by_id, nodes, slow, entry, info, 1) : NULL;
+        Py_XDECREF(info);
+        if (!found) {
+            Py_DECREF(entry);
+            goto fail;
+        }
+        int failed = PyObject_IsTrue(found);
+        if (failed > 0) { /* the slow add's findings, appended */
+            failed = PyList_SetSlice(findings, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, found);
+        }
+        Py_DECREF(found);
+        if (failed) {
+            Py_DECREF(entry);
+            goto fail;
+        }
+        Py_SETREF(prev, Py_NewRef(PyTuple_GET_ITEM(entry, 7)));
+        PyList_SetItem(last, 0, entry); /* steals the reference */
+        taken++;
+        nbytes += size;
+    }
+    PyObject *answer = Py_BuildValue("(LLN)", taken, nbytes, prev);
+    return answer;
+fail:
+    Py_DECREF(prev);
+    return NULL;
+}
+
 static PyObject *
 ckernel_valid(PyObject *Py_UNUSED(module), PyObject *body)
 {
@@ -2302,6 +2483,11 @@ static PyMethodDef ckernel_methods[] = {
     {"node_info", (PyCFunction)(void (*)(void))ckernel_node_info, METH_FASTCALL,
      "node_info(entry, bad) -> info: the audit's node info of a common vak entry, else "
      "slow(entry, bad)'s."},
+    {"pushback", ckernel_pushback, METH_O,
+     "pushback(lines) -> Lines: an iterator of lines that run() can give one back to."},
+    {"run", (PyCFunction)(void (*)(void))ckernel_run, METH_FASTCALL,
+     "run(by_id, nodes, slow_add, info, findings, last, lines, number, prev) -> (taken, "
+     "nbytes, prev): the audit's common lines after line number, in one loop."},
     {"scan", ckernel_scan, METH_O,
      "scan(body: bytes) -> tuple | None: validate a line, read its envelope "
      "(pipeline/ledger/kernel.py's contract)."},
@@ -2407,6 +2593,9 @@ PyInit__ckernel(void)
         if (!cc_scalar_keys[i]) {
             return NULL;
         }
+    }
+    if (PyType_Ready(&LinesType) < 0) {
+        return NULL;
     }
     PyObject *m = PyModule_Create(&ckernel_module);
     if (m && PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH)) {

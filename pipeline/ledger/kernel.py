@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import simdjson
 
 __all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "any_in_c",
            "chained_c", "configure_c", "configure_info_c", "configure_tree_c", "entry_c", "lazy_c",
-           "node_info_c", "parse_object",
+           "node_info_c", "parse_object", "pushback_c", "run_c",
            "scan", "scan_c", "scan_simdjson", "tree_add_c", "use", "valid_c", "worth_it",
            "worth_it_c", "worth_it_simdjson"]
 
@@ -231,6 +231,12 @@ configure_tree_c: Callable[[type[Any], frozenset[str]], None] | None
 node_info_c: Callable[[Any, list[Any]], Any] | None
 configure_info_c: Callable[[type[Any], type[Any], object, tuple[int, int, int, int],
                             Callable[[Any, list[Any]], Any]], None] | None
+#: The audit's common lines in one loop (``run_c(by_id, nodes, slow_add, info, findings,
+#: last, lines, number, prev)``: tree.TreeIndex.runner's), over the lines of
+#: ``pushback_c(lines)``, which it gives back the first line it does not take; or
+#: ``None``.
+run_c: Callable[..., tuple[int, int, str]] | None
+pushback_c: Callable[[Iterable[bytes]], Iterator[bytes]] | None
 #: Whether the C kernel's grammar takes a line as one JSON value (``valid_c(body)``: it
 #: takes only what orjson takes, and defers some of that), or ``None``.
 valid_c: Callable[[bytes], bool] | None
@@ -250,6 +256,8 @@ try:
     from pipeline.ledger._ckernel import entry as entry_c
     from pipeline.ledger._ckernel import lazy as lazy_c
     from pipeline.ledger._ckernel import node_info as node_info_c
+    from pipeline.ledger._ckernel import pushback as pushback_c
+    from pipeline.ledger._ckernel import run as run_c
     from pipeline.ledger._ckernel import scan as scan_c
     from pipeline.ledger._ckernel import scan_transcript as scan_transcript_c
     from pipeline.ledger._ckernel import tree_add as tree_add_c
@@ -258,7 +266,7 @@ try:
 except ImportError:  # not built here (no compiler at install): simdjson stands in
     scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = None
     any_in_c = chained_c = valid_c = tree_add_c = configure_tree_c = None
-    node_info_c = configure_info_c = None
+    node_info_c = configure_info_c = run_c = pushback_c = None
 
 
 def _scan_none(body: bytes) -> None:

@@ -28,6 +28,7 @@ from pipeline.ledger.kernel import chained_c as _chained_c
 from pipeline.ledger.kernel import configure_c as _configure_c
 from pipeline.ledger.kernel import entry_c as _entry_c
 from pipeline.ledger.kernel import lazy_c as _lazy_c
+from pipeline.ledger.kernel import pushback_c as _pushback_c
 from pipeline.ledger.kernel import scan as _scan
 from pipeline.ledger.kernel import worth_it as _worth_it
 from pipeline.ledger.kernel import worth_it_c as _WORTH_IT_C
@@ -570,7 +571,8 @@ class LineStats:
 
 
 def read_ledger(
-    lines: Iterable[bytes], stats: LineStats | None = None
+    lines: Iterable[bytes], stats: LineStats | None = None,
+    run: Callable[[Iterator[bytes], int, str], tuple[int, int, str]] | None = None,
 ) -> Iterator[Entry | Finding]:
     """Stream a ledger's physical lines into entries and line/chain findings.
 
@@ -582,6 +584,15 @@ def read_ledger(
         skipped as too long is an :class:`~pipeline.ledger.types.OversizeLine`.
     stats:
         Filled with the number of physical lines and bytes read, once the stream ends.
+    run:
+        Takes the common lines that follow a common line off the reader's hands (a
+        :meth:`TreeIndex.runner <pipeline.ledger.tree.TreeIndex.runner>`, the audit's):
+        called after that line's entry is yielded, as ``run(lines, number, digest)``
+        with the lines' iterator (one the C kernel's ``pushback`` made), the line's
+        number and the entry's digest, it consumes the lines that follow while each is
+        another common line of a kind other than a header, gives back the first it does
+        not take, and answers how many it took, their bytes and the last digest. Those
+        entries are never yielded. Ignored where the C kernel did not build.
 
     Yields
     ------
@@ -599,13 +610,23 @@ def read_ledger(
     # message with no repeated role), where it reads the lines: None elsewhere, and the
     # loop below takes every line (docs/audit.md, "The per-line kernel").
     chained = _chained_c if _worth_it is _WORTH_IT_C else None
-    for number, raw in enumerate(lines, 1):
+    if chained is None or _pushback_c is None:
+        run = None
+    it: Iterator[bytes] = (_pushback_c(lines) if run is not None and _pushback_c is not None
+                           else iter(lines))
+    for raw in it:
+        number += 1
         nbytes += len(raw)
         if chained is not None and prev_digest is not None and pending is None:
             entry = chained(raw, number, prev_digest)
             if entry is not None:
                 prev_digest = entry.digest
                 yield entry
+                if run is not None:
+                    # The lines after it while they are common ones, in C (docs/audit.md).
+                    taken, used, prev_digest = run(it, number, prev_digest)
+                    number += taken
+                    nbytes += used
                 continue
         last_terminated = raw[-1:] == b"\n"
         body = raw[:-1] if last_terminated else raw

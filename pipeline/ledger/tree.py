@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from pipeline.ledger.kernel import configure_tree_c, tree_add_c
+from pipeline.ledger.kernel import configure_tree_c, run_c, tree_add_c
 from pipeline.ledger.reader import KNOWN_KINDS, Entry
 from pipeline.ledger.redact import quote
 from pipeline.ledger.types import Code, Finding
@@ -116,6 +116,17 @@ class TreeIndex:
         if tree_add_c is None:
             return self.add
         return partial(tree_add_c, self.by_id, self.nodes, self.add)
+
+    def runner(self, info: Callable[[Entry, list[Finding]], Any], findings: list[Finding],
+               last: list[Entry | None]) -> Callable[..., tuple[int, int, str]] | None:
+        """The reader's ``run`` (:func:`~pipeline.ledger.reader.read_ledger`) that adds the
+        common lines' entries to this tree in one C loop, each with ``info(entry,
+        findings)`` as :meth:`adder` would add it, the findings of those :meth:`add`
+        decides appended to ``findings``, and ``last[0]`` the last entry it took; ``None``
+        where the C kernel did not build."""
+        if run_c is None:
+            return None
+        return partial(run_c, self.by_id, self.nodes, self.add, info, findings, last)
 
     def finish(self) -> list[Finding]:
         """Resolve parents seen late or never, mark the active chain; return findings."""

@@ -28,10 +28,12 @@ import simdjson
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pipeline.audit.session import audit_session
+from pipeline.audit.session import _node_info, audit_session
 from pipeline.ledger import kernel, reader
+from pipeline.ledger import tree as tree_module
 from pipeline.ledger.entry import starts_turn
 from pipeline.ledger.reader import Entry, LazyEntry, audit_view, parse_entry, read_ledger
+from pipeline.ledger.tree import TreeIndex
 from pipeline.ledger.types import Code, OversizeLine
 from tests.helpers.data_paths import CONFORMANCE, REAL
 from tests.helpers.ledgers import dumps, message_with_roles, sample_session, session_key
@@ -318,19 +320,9 @@ EDITS = st.sampled_from(["drop", "repeat", "swap", "cut", "blank", "flip", "unte
                          "oversize", "unchain", "crlf"])
 
 
-@pytest.mark.skipif(kernel.chained_c is None, reason="the C kernel did not build here")
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(edits=st.lists(st.tuples(EDITS, st.floats(0, 1), st.floats(0, 1)), max_size=4),
-       roles=st.sampled_from([(), ("assistant", "user"), ("user", "user")]))
-def test_the_c_kernels_common_line_reads_a_session_as_the_reader_does(
-        edits: list[tuple[str, float, float]], roles: tuple[str, ...],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # read_ledger takes a chained line in one C call (chained_c) and every other line
-    # through its own path: on a session edited line by line, the same items either way.
-    monkeypatch.setattr(reader, "_scan", kernel.scan_c)
-    monkeypatch.setattr(reader, "_worth_it", kernel.worth_it_c)
-    data = message_with_roles(*roles)[0] if roles else sample_session(turns=3).to_bytes()
+def edited(data: bytes, edits: list[tuple[str, float, float]]) -> list[bytes]:
+    """A session's bytes edited line by line with ``edits`` (:data:`EDITS`, each at a
+    place and with an amount in [0, 1]), as a file yields its lines."""
     lines: list[bytes] = data.splitlines(keepends=True)
     for edit, where, what in edits:
         at = min(int(where * len(lines)), len(lines) - 1)
@@ -345,7 +337,7 @@ def test_the_c_kernels_common_line_reads_a_session_as_the_reader_does(
             lines[at] = lines[at][: int(what * len(lines[at]))] + b"\n"
         elif edit == "blank":
             lines.insert(at, b"\n")
-        elif edit == "flip":
+        elif edit == "flip" and lines[at]:
             i = int(what * (len(lines[at]) - 1))
             lines[at] = lines[at][:i] + bytes([lines[at][i] ^ 0x20]) + lines[at][i + 1:]
         elif edit == "unterminate":
@@ -358,7 +350,102 @@ def test_the_c_kernels_common_line_reads_a_session_as_the_reader_does(
     if any(edit == "oversize" for edit, _, _ in edits):
         # A skipped over-long line (the IO layer's marker) in the middle of the session.
         lines.insert(len(lines) // 2, OversizeLine(10**7, 10**6, terminated=True))
+    return lines
+
+
+@pytest.mark.skipif(kernel.chained_c is None, reason="the C kernel did not build here")
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(EDITS, st.floats(0, 1), st.floats(0, 1)), max_size=4),
+       roles=st.sampled_from([(), ("assistant", "user"), ("user", "user")]))
+def test_the_c_kernels_common_line_reads_a_session_as_the_reader_does(
+        edits: list[tuple[str, float, float]], roles: tuple[str, ...],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # read_ledger takes a chained line in one C call (chained_c) and every other line
+    # through its own path: on a session edited line by line, the same items either way.
+    monkeypatch.setattr(reader, "_scan", kernel.scan_c)
+    monkeypatch.setattr(reader, "_worth_it", kernel.worth_it_c)
+    data = message_with_roles(*roles)[0] if roles else sample_session(turns=3).to_bytes()
+    lines = edited(data, edits)
     assert list(read_ledger(lines)) == without_chained(lines, monkeypatch)
+
+
+def audited(lines: list[bytes], keep: list[Entry] | None = None) -> tuple[Any, ...]:
+    """What an audit of ``lines`` says: its row, findings, active chain and usage rows."""
+    audit = audit_session(session_key(), lines, keep=keep)
+    return audit.row, audit.findings, audit.chain_lines, audit.chain_ids, audit.usage
+
+
+@pytest.mark.skipif(kernel.run_c is None, reason="the C kernel did not build here")
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(EDITS, st.floats(0, 1), st.floats(0, 1)), max_size=4),
+       roles=st.sampled_from([(), ("assistant", "user"), ("user", "user")]),
+       headers=st.integers(0, 2), headless=st.booleans())
+def test_the_c_kernels_run_audits_a_session_as_the_audit_loop_does(
+        edits: list[tuple[str, float, float]], roles: tuple[str, ...], headers: int,
+        headless: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The audit hands the tree the common lines that follow a common one in one C loop
+    # (TreeIndex.runner): on a session edited line by line, with headers chained in
+    # its middle (the first of the tree when the file's own is gone), the same audit as
+    # its own loop over every entry (the run off), and as when it keeps every entry
+    # (which turns the run off too).
+    monkeypatch.setattr(reader, "_scan", kernel.scan_c)
+    monkeypatch.setattr(reader, "_worth_it", kernel.worth_it_c)
+    if roles:
+        data = message_with_roles(*roles)[0]
+    else:
+        b = sample_session(turns=3)
+        for turn in range(headers):  # chained to the line before it: the run stops there
+            b.header(prev_hash=True)
+            b.user(f"after header {turn}")
+            b.assistant("answer", u={"input_tokens": turn, "output_tokens": 1})
+        data = b.to_bytes()
+    if headless:
+        data = data.split(b"\n", 1)[1]
+    lines = edited(data, edits)
+    with_run = audited(lines)
+    with monkeypatch.context() as m:
+        m.setattr(tree_module, "run_c", None)
+        assert audited(lines) == with_run
+    assert audited(lines, keep=[]) == with_run
+
+
+@pytest.mark.skipif(kernel.run_c is None, reason="the C kernel did not build here")
+def test_the_c_kernels_run_takes_common_lines_and_gives_back_the_first_other() -> None:
+    assert kernel.run_c is not None and kernel.pushback_c is not None
+    assert kernel.entry_c is not None
+    b = sample_session(turns=2)
+    mark = len(b.lines)
+    b.header(prev_hash=True)  # chained, in the middle
+    b.user("after it")
+    lines = b.to_bytes().splitlines(keepends=True)
+    first = kernel.entry_c(lines[0][:-1], 1)
+    tree = TreeIndex()
+    assert tree.add(first) == []
+    findings: list[Any] = []
+    last: list[Any] = [None]
+    run = tree.runner(_node_info, findings, last)
+    assert run is not None
+    it = kernel.pushback_c(lines[1:])
+    taken, used, digest = run(it, 1, first.digest)
+    assert (taken, used) == (mark - 1, sum(map(len, lines[1:mark])))
+    assert last[0] is not None and last[0].line == mark and digest == last[0].digest
+    assert [n.line for n in tree.nodes] == list(range(1, mark + 1)) and findings == []
+    assert next(it) == lines[mark]  # the header, given back: the reader's to yield
+    # A line not chained to the digest given is given back too, and nothing is taken.
+    it = kernel.pushback_c(lines[1:])
+    assert run(it, 1, "0" * 64) == (0, 0, "0" * 64) and next(it) == lines[1]
+    # An entry the tree's own add decides (a repeated id): its findings appended.
+    again = TreeIndex()
+    again.add(first)
+    entry = kernel.entry_c(lines[1][:-1], 2)
+    dup = lines[1].replace(entry.prev_hash.encode(), entry.digest.encode())  # chained to it
+    found: list[Any] = []
+    runner = again.runner(_node_info, found, [None])
+    assert runner is not None
+    assert runner(kernel.pushback_c([lines[1], dup]), 1, first.digest)[0] == 2
+    assert [f.code for f in found] == [Code.DUPLICATE_ID]
 
 
 @pytest.mark.skipif(kernel.chained_c is None, reason="the C kernel did not build here")
