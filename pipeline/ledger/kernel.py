@@ -225,9 +225,8 @@ tree_add_c: Callable[..., Any] | None
 configure_tree_c: Callable[[type[Any], frozenset[str]], None] | None
 #: The audit's node info of a common vak entry in one call (``node_info_c(entry, bad)``:
 #: pipeline/audit/session.py's ``_node_info``, which it calls for every other entry;
-#: configured with the request and receipt types, the directive marker, the zero usage
-#: and that function by
-#: ``configure_info_c``), or ``None``.
+#: ``configure_info_c`` gives it the request and receipt types, the directive marker,
+#: the zero usage and that function), or ``None``.
 node_info_c: Callable[[Any, list[Any]], Any] | None
 configure_info_c: Callable[[type[Any], type[Any], object, tuple[int, int, int, int],
                             Callable[[Any, list[Any]], Any]], None] | None
