@@ -1602,6 +1602,14 @@ ckernel_entry(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
     return entry_impl(args[0], args[1]);
 }
 
+/* A payload's view slot (a new reference, NULL on an error). */
+static inline PyObject *
+payload_view(PyObject *payload)
+{
+    PyObject *slot = payload_slots[2];
+    return Py_TYPE(slot)->tp_descr_get(slot, payload, NULL);
+}
+
 /* reader._role_in_doubt's first test on an entry entry() made: whether it is other
  * than a message, or a message with the scan's view (only such a message is known to
  * hold no repeated key); a message read whole (an eager entry) has no view. 1, 0, or
@@ -1615,8 +1623,7 @@ no_role_in_doubt(PyObject *entry)
     if (!Py_IS_TYPE(entry, entry_type)) {
         return 0;
     }
-    PyObject *slot = payload_slots[2]; /* view */
-    PyObject *view = Py_TYPE(slot)->tp_descr_get(slot, PyTuple_GET_ITEM(entry, 8), NULL);
+    PyObject *view = payload_view(PyTuple_GET_ITEM(entry, 8));
     if (!view) {
         return -1;
     }
@@ -2166,8 +2173,7 @@ ckernel_node_info(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
     if (!Py_IS_TYPE(payload, (PyTypeObject *)payload_type)) {
         goto slow; /* read whole: no view */
     }
-    PyObject *slot = payload_slots[2]; /* view */
-    PyObject *view = Py_TYPE(slot)->tp_descr_get(slot, payload, NULL);
+    PyObject *view = payload_view(payload);
     if (!view) {
         return NULL;
     }
