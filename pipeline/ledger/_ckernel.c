@@ -1840,12 +1840,14 @@ ckernel_tree_add(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t 
  * What the audit keeps of the common entries, made here: a message with the scan's
  * view whose role is "user" (the directive marker or None, as starts_turn says) or
  * "assistant" without meta, or with a meta object whose usage is absent, null or four
- * in-range counts (a Request of its usage, ts and interned model); any kind other than
- * a message or a receipt (None). Everything else (a receipt, a message read whole, a
- * field of another type, a count out of range: whatever makes a finding) is
- * slow(entry, bad)'s, the Python function, which decides and says why. The Request
- * type (made with its allocator and its slots' descriptors, as the nodes above), the
- * directive marker and the slow function are given once by configure_info(). */
+ * in-range counts (a Request of its usage, ts and interned model); a receipt read whole
+ * whose attempts are objects with readable usages (a Receipt, as _receipt_info makes
+ * it); any other kind (None). Everything else (a message read whole or without its
+ * view, a lazy receipt, a field of another type, a count out of range: whatever makes a
+ * finding) is slow(entry, bad)'s, the Python function, which decides and says why. The
+ * Request and Receipt types (made with their allocators and slots' descriptors, as the
+ * nodes above), the directive marker, the zero usage and the slow function are given
+ * once by configure_info(). */
 
 #define REQUEST_SLOTS 8
 static const char *request_slot_names[REQUEST_SLOTS] = {"usage", "ts", "model", "receipt",
