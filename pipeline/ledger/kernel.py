@@ -239,6 +239,12 @@ pushback_c: Callable[[Iterable[bytes]], Iterator[bytes]] | None
 #: Whether the C kernel's grammar takes a line as one JSON value (``valid_c(body)``: it
 #: takes only what orjson takes, and defers some of that), or ``None``.
 valid_c: Callable[[bytes], bool] | None
+#: Whether the entries' digests call OpenSSL's ``SHA256()`` directly, found in the
+#: libcrypto that hashlib loaded (``direct_sha256_c(on)``: ``False`` turns that off and
+#: hashlib's ``sha256`` is called, ``True`` back on where found), and the hex digest of
+#: bytes as the entries' are made (``sha256_hex_c(body)``); or ``None``.
+direct_sha256_c: Callable[..., bool] | None
+sha256_hex_c: Callable[[bytes], str] | None
 #: reader.lazy_entry's entry built in C (the same arguments), or ``None``.
 lazy_c: Callable[..., Any] | None
 configure_c: Callable[[type[Any], type[Any], Callable[[bytes], Any], type[Any]], None] | None
@@ -252,6 +258,7 @@ try:
     from pipeline.ledger._ckernel import configure as configure_c
     from pipeline.ledger._ckernel import configure_info as configure_info_c
     from pipeline.ledger._ckernel import configure_tree as configure_tree_c
+    from pipeline.ledger._ckernel import direct_sha256 as direct_sha256_c
     from pipeline.ledger._ckernel import entry as entry_c
     from pipeline.ledger._ckernel import lazy as lazy_c
     from pipeline.ledger._ckernel import node_info as node_info_c
@@ -259,13 +266,14 @@ try:
     from pipeline.ledger._ckernel import run as run_c
     from pipeline.ledger._ckernel import scan as scan_c
     from pipeline.ledger._ckernel import scan_transcript as scan_transcript_c
+    from pipeline.ledger._ckernel import sha256_hex as sha256_hex_c
     from pipeline.ledger._ckernel import tree_add as tree_add_c
     from pipeline.ledger._ckernel import valid as valid_c
     from pipeline.ledger._ckernel import worth_it as worth_it_c
 except ImportError:  # not built here (no compiler at install): simdjson stands in
     scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = None
     any_in_c = chained_c = valid_c = tree_add_c = configure_tree_c = None
-    node_info_c = configure_info_c = run_c = pushback_c = None
+    node_info_c = configure_info_c = run_c = pushback_c = direct_sha256_c = sha256_hex_c = None
 
 
 def _scan_none(body: bytes) -> None:

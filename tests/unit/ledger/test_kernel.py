@@ -15,6 +15,7 @@ decides those lines: ``test_where_simdjson_and_orjson_differ_orjson_decides`` sa
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -473,6 +474,72 @@ def test_the_c_kernels_common_line_is_only_a_chained_entry_with_nothing_to_look_
     before = kernel.entry_c(doubt[at - 2][:-1], at - 1).digest
     assert kernel.entry_c(doubt[at - 1][:-1], at) is not None  # read, but no view:
     assert kernel.chained_c(doubt[at - 1], at, before) is None  # its roles to look at
+
+
+@pytest.mark.skipif(kernel.direct_sha256_c is None, reason="the C kernel did not build here")
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="no /proc to look in")
+def test_the_c_kernels_digest_is_direct_where_hashlib_has_a_shared_libcrypto() -> None:
+    # Where hashlib runs on a shared libcrypto (this machine's Python), the kernel finds
+    # its SHA256(): a lookup that breaks fails here instead of slowing every line.
+    with open("/proc/self/maps") as maps:
+        shared = "/libcrypto.so" in maps.read()
+    assert kernel.direct_sha256_c is not None and kernel.direct_sha256_c() is shared
+
+
+@pytest.mark.skipif(kernel.sha256_hex_c is None, reason="the C kernel did not build here")
+@settings(max_examples=300, deadline=None)
+@given(body=st.binary(max_size=3000))
+def test_the_c_kernels_digest_is_hashlibs(body: bytes) -> None:
+    assert kernel.sha256_hex_c is not None and kernel.direct_sha256_c is not None
+    wanted = hashlib.sha256(body).hexdigest()
+    assert kernel.sha256_hex_c(body) == wanted
+    was = kernel.direct_sha256_c(False)
+    try:
+        assert kernel.sha256_hex_c(body) == wanted  # through hashlib
+    finally:
+        kernel.direct_sha256_c(was)
+
+
+@pytest.mark.skipif(kernel.chained_c is None, reason="the C kernel did not build here")
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "hashlib"])
+def test_the_c_kernels_common_line_keeps_the_line_as_read(direct: bool) -> None:
+    # With the digest direct, a chained line's payload is the line as read (newline and
+    # all: no copy without it); through hashlib, a copy without the newline. The same
+    # entry, data and digest either way.
+    assert kernel.chained_c is not None and kernel.direct_sha256_c is not None
+    lines = sample_session(turns=2).to_bytes().splitlines(keepends=True)
+    was = kernel.direct_sha256_c(direct)
+    try:
+        prev = hashlib.sha256(lines[0][:-1]).hexdigest()
+        for n, raw in enumerate(lines[1:], 2):
+            entry = kernel.chained_c(raw, n, prev)
+            assert entry is not None and entry.digest == hashlib.sha256(raw[:-1]).hexdigest()
+            if type(entry) is LazyEntry:
+                body = tuple.__getitem__(entry, 8).body
+                assert body is raw if kernel.direct_sha256_c() else body == raw[:-1]
+            assert entry == reader.parse_entry_orjson(raw[:-1], n)[0]
+            prev = entry.digest
+    finally:
+        kernel.direct_sha256_c(was)
+
+
+@pytest.mark.skipif(kernel.chained_c is None, reason="the C kernel did not build here")
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(EDITS, st.floats(0, 1), st.floats(0, 1)), max_size=4))
+def test_a_session_reads_the_same_with_the_digest_direct_or_through_hashlib(
+        edits: list[tuple[str, float, float]], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert kernel.direct_sha256_c is not None
+    monkeypatch.setattr(reader, "_scan", kernel.scan_c)
+    monkeypatch.setattr(reader, "_worth_it", kernel.worth_it_c)
+    lines = edited(sample_session(turns=3).to_bytes(), edits)
+    was = kernel.direct_sha256_c(True)
+    try:
+        direct = audited(lines)
+        kernel.direct_sha256_c(False)
+        assert audited(lines) == direct
+    finally:
+        kernel.direct_sha256_c(was)
 
 
 DIGIT = st.sampled_from("0123456789")
