@@ -734,10 +734,13 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
         # (and no filesystem instance is looked up: ~9 us an object, ~1% of the audit
         # of a 100 KB session).
         with open(obj.full_path, "rb", buffering=LINE_BUFFER_BYTES) as f:
-            _check_version(obj, _stat_info(f), "since it was listed")
+            opened = _stat_info(f)
+            _check_version(obj, opened, "since it was listed")
             yield guarded_lines(f if codec is None else decompressed(f, codec),
                                 max_line_bytes, tap)
-            _check_version(obj, _stat_info(f), "while it was read")
+            read = _stat_info(f)
+            if read != opened:  # the same fields are the same version, checked above
+                _check_version(obj, read, "while it was read")
         return
     try:
         with root.filesystem().open(obj.full_path, "rb", block_size=READ_BLOCK_BYTES) as raw:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from operator import attrgetter
 from typing import Any
 
@@ -34,10 +35,21 @@ def cwd_hash(cwd: str) -> str:
     >>> cwd_hash("/home/me/proj")
     '2d872b17b24e117e'
     """
+    # A byte at a time in Python (~2 us a path): every session's header asks, and a
+    # fleet's sessions share a few directories, so short paths are remembered.
+    return _cwd_hash_cached(cwd) if len(cwd) <= _CACHED_CWD_CHARS else _fnv1a_hex(cwd)
+
+
+def _fnv1a_hex(cwd: str) -> str:
     h = _FNV_OFFSET
     for b in cwd.encode("utf-8", "surrogatepass"):
         h = ((h ^ b) * _FNV_PRIME) & _MASK64
     return f"{h:016x}"
+
+
+#: Paths up to this long are remembered (at most 4,096 of them: a bounded few MB).
+_CACHED_CWD_CHARS = 512
+_cwd_hash_cached = lru_cache(maxsize=4096)(_fnv1a_hex)
 
 
 @dataclass(frozen=True, slots=True, order=True)

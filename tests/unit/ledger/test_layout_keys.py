@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.io.storage import SessionObject
-from pipeline.ledger.layout import SessionKey, parse_session_path, segment_member
+from pipeline.ledger.layout import SessionKey, cwd_hash, parse_session_path, segment_member
 
 
 def refused_by_segment_rule(relative: str) -> bool:
@@ -60,3 +60,18 @@ def test_keys_and_objects_travel_to_workers_whole(key: SessionKey, full_path: st
         back = pickle.loads(pickle.dumps(value, protocol=5))
         assert back == value and type(back) is type(value)
         assert [f.name for f in dataclasses.fields(value)] == list(type(value).__slots__)
+
+
+def fnv1a_64(text: str) -> str:
+    """FNV-1a 64 as the spec gives it (offset basis, prime, over the UTF-8 bytes)."""
+    h = 0xCBF29CE484222325
+    for byte in text.encode("utf-8", "surrogatepass"):
+        h = ((h ^ byte) * 0x100000001B3) % 2**64
+    return f"{h:016x}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40) | st.text(min_size=500, max_size=700), st.integers(1, 3))
+def test_a_directory_hash_is_fnv1a_however_often_it_is_asked(cwd: str, asks: int) -> None:
+    # Short paths are remembered, long ones computed each time: the same hash either way.
+    assert all(cwd_hash(cwd) == fnv1a_64(cwd) for _ in range(asks))
