@@ -17,7 +17,7 @@ from pipeline.formats import UNKNOWN, VAK, detect
 from pipeline.ledger.entry import USAGE_KEYS, Usage, starts_turn, ts_nanos, usage_of
 from pipeline.ledger.entry import ZERO_USAGE as _ZERO
 from pipeline.ledger.entry import add_usage as _add
-from pipeline.ledger.kernel import configure_info_c, node_info_c
+from pipeline.ledger.kernel import configure_info_c, figures_c, node_info_c
 from pipeline.ledger.layout import SessionKey, cwd_hash
 from pipeline.ledger.reader import Entry, LineStats, audit_view, read_ledger
 from pipeline.ledger.redact import quote
@@ -344,18 +344,38 @@ def _figures(tree: TreeIndex) -> dict[str, Any]:
                 usage[node.on_active_chain] = _add(usage[node.on_active_chain], u)
         elif info is _DIRECTIVE and node.on_active_chain:
             turns += 1
+    return _figures_row(turns, requests[True], requests[False], attempts, failed,
+                        usage[True], usage[False], billed)
+
+
+def _figures_row(turns: int, requests: int, requests_abandoned: int, attempts: int,
+                 failed: int, usage: Usage, usage_abandoned: Usage,
+                 billed: Usage) -> dict[str, Any]:
     row: dict[str, Any] = {
         "turns": turns,
-        "requests": requests[True],
-        "requests_abandoned": requests[False],
+        "requests": requests,
+        "requests_abandoned": requests_abandoned,
         "receipt_attempts": attempts,
         "receipt_failed_attempts": failed,
     }
     for i, kind in enumerate(USAGE_KINDS):
-        row[f"{kind}_tokens"] = usage[True][i]
-        row[f"{kind}_tokens_abandoned"] = usage[False][i]
+        row[f"{kind}_tokens"] = usage[i]
+        row[f"{kind}_tokens_abandoned"] = usage_abandoned[i]
         row[f"billed_{kind}_tokens"] = billed[i]
     return row
+
+
+def _figures_and_chain(tree: TreeIndex) -> tuple[dict[str, Any], tuple[int, ...],
+                                                 tuple[str, ...]]:
+    """:func:`_figures` and the active chain's lines and ids, in node order: one C call
+    (``figures_c``, the same two passes) where the kernel built and the nodes are what
+    the audit makes, else here."""
+    walked = figures_c(tree.nodes, tree.by_id) if figures_c is not None else None
+    if walked is None:
+        active = [n for n in tree.nodes if n.on_active_chain]
+        return _figures(tree), tuple(map(_LINE, active)), tuple(map(_ID, active))
+    *figures, lines, ids = walked
+    return _figures_row(*figures), lines, ids
 
 
 def _merge_streamed(tree: TreeIndex) -> None:
@@ -519,7 +539,7 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
     findings.sort(key=lambda f: (f.line is not None, f.line or 0))
     if fmt is not None:
         _merge_streamed(tree)
-    active = [n for n in tree.nodes if n.on_active_chain]
+    figures, chain_lines, chain_ids = _figures_and_chain(tree)
     head: Node | None = tree.head
     row: dict[str, Any] = {
         "session_path": key.path,
@@ -537,8 +557,8 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
         # A transcript adapter that hashes only its head entry says so in the header.
         "head_hash": (header["head_hash"] if fmt is not None and "head_hash" in header
                       else last_entry.digest or None if last_entry else None),
-        "active_chain_len": len(active) - (fmt is not None),
-        "abandoned_entries": (len(tree.nodes) - len(active) if fmt is None
+        "active_chain_len": len(chain_lines) - (fmt is not None),
+        "abandoned_entries": (len(tree.nodes) - len(chain_lines) if fmt is None
                               else _abandoned_messages(tree)),
         "model": header.get("model"),
         "provider": header.get("provider"),
@@ -546,9 +566,9 @@ def audit_session(key: SessionKey, lines: Iterable[bytes], size: int | None = No
         "first_ts": ts_nanos(first_ts),
         "last_ts": ts_nanos(last_entry.ts if last_entry is not None else None),
     }
-    row.update(_figures(tree))
+    row.update(figures)
     links = [(key.path, *link) for link in header.get("links", ())]
-    return SessionAudit(row, findings, tuple(map(_LINE, active)), tuple(map(_ID, active)),
+    return SessionAudit(row, findings, chain_lines, chain_ids,
                         _usage_rows(tree, header, key.subagent), links)
 
 

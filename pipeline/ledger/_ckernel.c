@@ -18,6 +18,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h> /* PyMemberDef: a slot's offset (figures) */
 #include <string.h>
 #ifdef __linux__
 #include <dlfcn.h>
@@ -2351,6 +2352,218 @@ slow:
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* A session's figures and active chain in one call: pipeline/audit/session.py's
+ * _figures and the active chain's lines and ids, over the tree's nodes.
+ *
+ *     figures(nodes, by_id) -> (turns, requests, requests_abandoned, attempts, failed,
+ *                               usage, usage_abandoned, billed, chain_lines, chain_ids)
+ *                              | None
+ *
+ * Two passes, as _figures makes them: the receipts first (their billed usage, attempts
+ * and failures summed; each receipt with a winning usage tied to the request it
+ * follows, when that request has none yet: _owner), then the requests (counted on the
+ * active chain or off it, but a streamed request's parts and a subagent's mirrored
+ * requests; their usage, else their receipt's winning one, summed) and the active
+ * chain's prompts (turns); the active chain's nodes' lines and ids in node order on the
+ * way. None whenever a node, an info or a usage is not what the audit makes (a node of
+ * another type, a chain mark or a part flag that is not a bool, a usage that is not
+ * four ints: so no Python code runs while the nodes are walked): the
+ * caller then runs _figures, which decides (a receipt tied here is tied there the same
+ * way, so that is the same either way). The slots are read at the offsets their
+ * descriptors give (configure_tree, configure_info). */
+
+#define SLOT_AT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static inline Py_ssize_t
+slot_offset(PyObject *descr)
+{
+    return ((PyMemberDescrObject *)descr)->d_member->offset;
+}
+
+/* Whether u is a usage as usage_of makes it: a tuple of four ints. */
+static inline int
+is_usage(PyObject *u)
+{
+    return PyTuple_CheckExact(u) && PyTuple_GET_SIZE(u) == 4
+        && PyLong_CheckExact(PyTuple_GET_ITEM(u, 0)) && PyLong_CheckExact(PyTuple_GET_ITEM(u, 1))
+        && PyLong_CheckExact(PyTuple_GET_ITEM(u, 2)) && PyLong_CheckExact(PyTuple_GET_ITEM(u, 3));
+}
+
+/* *acc = add_usage(*acc, u) (both usages): 0, or -1 with an error. */
+static int
+add_usage_to(PyObject **acc, PyObject *u)
+{
+    PyObject *sum = PyTuple_New(4);
+    if (!sum) {
+        return -1;
+    }
+    for (int k = 0; k < 4; k++) {
+        PyObject *v = PyNumber_Add(PyTuple_GET_ITEM(*acc, k), PyTuple_GET_ITEM(u, k));
+        if (!v) {
+            Py_DECREF(sum);
+            return -1;
+        }
+        PyTuple_SET_ITEM(sum, k, v);
+    }
+    Py_SETREF(*acc, sum);
+    return 0;
+}
+
+static PyObject *
+ckernel_figures(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "figures() wants the nodes (a list) and by_id (a dict)");
+        return NULL;
+    }
+    if (!node_type || !request_type || !receipt_type) {
+        PyErr_SetString(PyExc_RuntimeError, "figures() before configure_tree() and "
+                                            "configure_info()");
+        return NULL;
+    }
+    PyObject *nodes = args[0], *by_id = args[1];
+    /* node: line, id, parent_id, kind, info, on_active_chain */
+    Py_ssize_t n_line = slot_offset(node_slots[0]), n_id = slot_offset(node_slots[1]),
+               n_parent = slot_offset(node_slots[2]), n_info = slot_offset(node_slots[4]),
+               n_active = slot_offset(node_slots[5]);
+    /* request: usage, ts, model, receipt, key, part, write_1h, mirror */
+    Py_ssize_t q_usage = slot_offset(request_slots[0]), q_receipt = slot_offset(request_slots[3]),
+               q_part = slot_offset(request_slots[5]), q_mirror = slot_offset(request_slots[7]);
+    /* receipt: winning, billed, attempts, failed, ... */
+    Py_ssize_t r_winning = slot_offset(receipt_slots[0]), r_billed = slot_offset(receipt_slots[1]),
+               r_attempts = slot_offset(receipt_slots[2]), r_failed = slot_offset(receipt_slots[3]);
+    PyObject *billed = Py_NewRef(zero_usage), *usage[2] = {Py_NewRef(zero_usage),
+                                                           Py_NewRef(zero_usage)};
+    PyObject *chain_lines = PyList_New(0), *chain_ids = PyList_New(0), *result = NULL;
+    long long attempts = 0, failed = 0, turns = 0, requests[2] = {0, 0};
+    if (!chain_lines || !chain_ids) {
+        goto done;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(nodes);
+    for (Py_ssize_t i = 0; i < count; i++) { /* the receipts */
+        PyObject *node = PyList_GET_ITEM(nodes, i);
+        if (!Py_IS_TYPE(node, node_type)) {
+            goto defer;
+        }
+        PyObject *info = SLOT_AT(node, n_info);
+        if (!info || !PyObject_TypeCheck(info, receipt_type)) {
+            continue;
+        }
+        PyObject *winning = SLOT_AT(info, r_winning), *paid = SLOT_AT(info, r_billed),
+                 *tries = SLOT_AT(info, r_attempts), *lost = SLOT_AT(info, r_failed);
+        if (!winning || !paid || !tries || !lost || !is_usage(paid)
+            || !PyLong_CheckExact(tries) || !PyLong_CheckExact(lost)) {
+            goto defer;
+        }
+        int o1 = 0, o2 = 0;
+        long long t = PyLong_AsLongLongAndOverflow(tries, &o1);
+        long long f = PyLong_AsLongLongAndOverflow(lost, &o2);
+        if (o1 || o2 || t < 0 || f < 0 || t > (1LL << 40) || f > (1LL << 40)) {
+            goto defer;
+        }
+        if (add_usage_to(&billed, paid) < 0) {
+            goto done;
+        }
+        attempts += t;
+        failed += f;
+        /* _owner: the parent, when a Request (exactly), takes its first winning receipt */
+        PyObject *parent_id = SLOT_AT(node, n_parent);
+        if (winning == Py_None || !parent_id || parent_id == Py_None) {
+            continue;
+        }
+        if (!PyUnicode_CheckExact(parent_id)) {
+            goto defer;
+        }
+        PyObject *owner = PyDict_GetItemWithError(by_id, parent_id);
+        if (!owner) {
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            continue;
+        }
+        if (!Py_IS_TYPE(owner, node_type)) {
+            goto defer;
+        }
+        PyObject *request = SLOT_AT(owner, n_info);
+        if (request && Py_IS_TYPE(request, request_type)) {
+            PyObject **slot = &SLOT_AT(request, q_receipt);
+            if (*slot == Py_None) {
+                Py_SETREF(*slot, Py_NewRef(info));
+            }
+        }
+    }
+    for (Py_ssize_t i = 0; i < count; i++) { /* the requests, the prompts, the chain */
+        PyObject *node = PyList_GET_ITEM(nodes, i);
+        PyObject *info = SLOT_AT(node, n_info), *mark = SLOT_AT(node, n_active);
+        if (!info || (mark != Py_True && mark != Py_False)) {
+            goto defer;
+        }
+        int active = mark == Py_True;
+        if (active) {
+            PyObject *line = SLOT_AT(node, n_line), *ident = SLOT_AT(node, n_id);
+            if (!line || !ident || PyList_Append(chain_lines, line) < 0
+                || PyList_Append(chain_ids, ident) < 0) {
+                if (!PyErr_Occurred()) {
+                    goto defer;
+                }
+                goto done;
+            }
+        }
+        if (PyObject_TypeCheck(info, request_type)) {
+            PyObject *part = SLOT_AT(info, q_part), *mirror = SLOT_AT(info, q_mirror),
+                     *u = SLOT_AT(info, q_usage), *receipt = SLOT_AT(info, q_receipt);
+            /* part a bool, as the audit makes it: no Python code runs in this walk */
+            if (!mirror || !u || !receipt || (part != Py_True && part != Py_False)) {
+                goto defer;
+            }
+            if (part == Py_True || mirror != Py_None) {
+                continue;
+            }
+            requests[active]++;
+            if (u == Py_None && receipt != Py_None) {
+                if (!PyObject_TypeCheck(receipt, receipt_type)) {
+                    goto defer;
+                }
+                u = SLOT_AT(receipt, r_winning);
+                if (!u) {
+                    goto defer;
+                }
+            }
+            if (u != Py_None) {
+                if (!is_usage(u)) {
+                    goto defer;
+                }
+                if (add_usage_to(&usage[active], u) < 0) {
+                    goto done;
+                }
+            }
+        }
+        else if (info == directive_marker && active) {
+            turns++;
+        }
+    }
+    PyObject *lines_t = PyList_AsTuple(chain_lines), *ids_t = lines_t ? PyList_AsTuple(chain_ids)
+                                                                      : NULL;
+    if (lines_t && ids_t) {
+        result = Py_BuildValue("(LLLLLOOONN)", turns, requests[1], requests[0], attempts,
+                               failed, usage[1], usage[0], billed, lines_t, ids_t);
+    }
+    else {
+        Py_XDECREF(lines_t);
+    }
+    goto done;
+defer:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(chain_lines);
+    Py_XDECREF(chain_ids);
+    Py_DECREF(billed);
+    Py_DECREF(usage[0]);
+    Py_DECREF(usage[1]);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* The audit's common lines in one loop: read_ledger's common line, the node's info and
  * the tree's add, for as many lines as follow one another that way.
  *
@@ -2595,6 +2808,9 @@ static PyMethodDef ckernel_methods[] = {
     {"configure_info", (PyCFunction)(void (*)(void))ckernel_configure_info, METH_FASTCALL,
      "configure_info(request_type, receipt_type, directive, zero_usage, slow): what "
      "node_info() makes and defers to."},
+    {"figures", (PyCFunction)(void (*)(void))ckernel_figures, METH_FASTCALL,
+     "figures(nodes, by_id) -> tuple | None: a session's figures (_figures') and its "
+     "active chain's lines and ids, in one call; None where _figures must decide."},
     {"node_info", (PyCFunction)(void (*)(void))ckernel_node_info, METH_FASTCALL,
      "node_info(entry, bad) -> info: the audit's node info of a common vak entry, else "
      "slow(entry, bad)'s."},

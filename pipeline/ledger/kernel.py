@@ -230,6 +230,11 @@ configure_tree_c: Callable[[type[Any], frozenset[str]], None] | None
 node_info_c: Callable[[Any, list[Any]], Any] | None
 configure_info_c: Callable[[type[Any], type[Any], object, tuple[int, int, int, int],
                             Callable[[Any, list[Any]], Any]], None] | None
+#: A session's figures and its active chain's lines and ids in one call
+#: (``figures_c(nodes, by_id)``: pipeline/audit/session.py's ``_figures`` and the chain,
+#: configured by ``configure_tree_c`` and ``configure_info_c``; ``None`` where that
+#: function must decide), or ``None``.
+figures_c: Callable[[list[Any], dict[str, Any]], tuple[Any, ...] | None] | None
 #: The audit's common lines in one loop (``run_c(by_id, nodes, slow_add, info, findings,
 #: last, lines, number, prev)``: tree.TreeIndex.runner's), over the lines of
 #: ``pushback_c(lines)``, which it gives back the first line it does not take; or
@@ -260,6 +265,7 @@ try:
     from pipeline.ledger._ckernel import configure_tree as configure_tree_c
     from pipeline.ledger._ckernel import direct_sha256 as direct_sha256_c
     from pipeline.ledger._ckernel import entry as entry_c
+    from pipeline.ledger._ckernel import figures as figures_c
     from pipeline.ledger._ckernel import lazy as lazy_c
     from pipeline.ledger._ckernel import node_info as node_info_c
     from pipeline.ledger._ckernel import pushback as pushback_c
@@ -274,6 +280,7 @@ except ImportError:  # not built here (no compiler at install): simdjson stands 
     scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = None
     any_in_c = chained_c = valid_c = tree_add_c = configure_tree_c = None
     node_info_c = configure_info_c = run_c = pushback_c = direct_sha256_c = sha256_hex_c = None
+    figures_c = None
 
 
 def _scan_none(body: bytes) -> None:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pipeline.audit.session import (
     _DIRECTIVE,
+    _figures,
+    _figures_row,
     _node_info,
     _Receipt,
     _Request,
@@ -492,3 +495,85 @@ def test_a_verdict_counts_each_severity_and_takes_the_worst(found: list[Code]) -
                    "errors": sum(f.severity is Severity.ERROR for f in findings),
                    "warnings": sum(f.severity is Severity.WARNING for f in findings),
                    "infos": sum(f.severity is Severity.INFO for f in findings)}
+
+
+# A session's figures and active chain in one C call (kernel.figures_c): the same as
+# _figures and the chain walked in Python, receipts tied to the same requests.
+
+COUNT = st.integers(0, 2**40) | st.sampled_from([0, 2**62, 2**63 - 1])
+USAGE = st.tuples(COUNT, COUNT, COUNT, COUNT)
+#: What the audit hangs on a node, and what it never does (a defer, never a guess).
+INFO = st.one_of(
+    st.none(), st.just(_DIRECTIVE), st.just("other"),
+    st.builds(lambda u, part, mirror, key: _Request(u, "t", None, None, key, part, None, mirror),
+              st.none() | USAGE, st.booleans(),
+              st.none() | st.just("sub"), st.none() | st.just("k")),
+    st.builds(lambda w, b, a, f: _Receipt(w, b, a, f, "t", None, None, None, []),
+              st.none() | USAGE, USAGE, st.integers(0, 5), st.integers(0, 5)),
+)
+ODD = st.sampled_from(["mark", "part", "usage", "receipt_usage", "attempts", "parent"])
+
+
+def figure_tree(spec: list[tuple[Any, int, bool]], odd: str | None, where: int) -> Any:
+    """Nodes of ``spec`` (info, parent: an earlier node's index or -1 for none, on the
+    active chain), ``odd`` (one thing the audit never makes) put on node ``where``."""
+    from pipeline.ledger.tree import TreeIndex
+
+    tree = TreeIndex()
+    for i, (info, parent, active) in enumerate(spec):
+        made = copy.copy(info) if isinstance(info, (_Request, _Receipt)) else info
+        node = Node(i + 1, f"n{i}", f"n{parent}" if 0 <= parent < i else None, "message",
+                    made, active)
+        tree.nodes.append(node)
+        tree.by_id[node.id] = node
+    if odd is not None and tree.nodes:
+        node = tree.nodes[where % len(tree.nodes)]
+        if odd == "mark":
+            node.on_active_chain = None
+        elif odd == "part" and type(node.info) is _Request:
+            node.info.part = node.line % 2  # an int: true or false as a bool would be
+        elif odd == "usage" and type(node.info) is _Request:
+            node.info.usage = [1, 2, 3, 4]
+        elif odd == "receipt_usage" and type(node.info) is _Receipt:
+            node.info.billed = (1, 2, 3)
+        elif odd == "attempts" and type(node.info) is _Receipt:
+            node.info.attempts = True
+        elif odd == "parent":
+            node.parent_id = 7
+    return tree
+
+
+@pytest.mark.skipif(kernel.figures_c is None, reason="the C kernel did not build here")
+@settings(max_examples=400, deadline=None)
+@given(spec=st.lists(st.tuples(INFO, st.integers(-1, 12), st.booleans()), max_size=14),
+       odd=st.none() | ODD, where=st.integers(0, 20))
+@example(spec=[(_Request(None, "t", None), -1, True),  # billed by its receipt
+               (_Receipt((1, 2, 3, 4), (5, 6, 7, 8), 2, 1, "t", None, None, None, []), 0,
+                True)], odd=None, where=0)
+@example(spec=[(_Request((1, 2, 3, 4), "t", None), -1, True)], odd="mark", where=0)
+def test_the_c_figures_are_the_python_ones(spec: list[tuple[Any, int, bool]],
+                                           odd: str | None, where: int) -> None:
+    assert kernel.figures_c is not None
+    c_tree, py_tree = figure_tree(spec, odd, where), figure_tree(spec, odd, where)
+    got = kernel.figures_c(c_tree.nodes, c_tree.by_id)
+    try:
+        want = _figures(py_tree)
+    except (TypeError, KeyError, IndexError):  # the Python path fails: the C must defer
+        assert got is None
+        return
+
+    def ties(tree: Any) -> list[int | None]:
+        """Each request's receipt, as its node's index."""
+        return [tree.nodes.index(next(m for m in tree.nodes if m.info is n.info.receipt))
+                if type(n.info) is _Request and n.info.receipt is not None else None
+                for n in tree.nodes]
+
+    if got is None:  # deferred (only for what the audit never makes): the caller's
+        assert odd is not None  # _figures then runs after whatever the C tied
+        assert (_figures(c_tree), ties(c_tree)) == (want, ties(py_tree))
+        return
+    active = [n for n in py_tree.nodes if n.on_active_chain]
+    *figures, lines, ids = got
+    assert _figures_row(*figures) == want
+    assert (lines, ids) == (tuple(n.line for n in active), tuple(n.id for n in active))
+    assert ties(c_tree) == ties(py_tree)  # the same receipts tied to the same requests
