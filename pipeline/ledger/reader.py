@@ -587,7 +587,8 @@ def read_ledger(
     run:
         Takes the common lines that follow a common line off the reader's hands (a
         :meth:`TreeIndex.runner <pipeline.ledger.tree.TreeIndex.runner>`, the audit's):
-        called after that line's entry is yielded, as ``run(lines, number, digest)``
+        called after that line's entry is yielded (or the entries of a line the general
+        path read: a header), as ``run(lines, number, digest)``
         with the lines' iterator (one the C kernel's ``pushback`` made), the line's
         number and the entry's digest, it consumes the lines that follow while each is
         another common line of a kind other than a header, gives back the first it does
@@ -713,6 +714,11 @@ def read_ledger(
                 )
             prev_digest = entry.digest
             yield entry
+        if run is not None and prev_digest is not None:
+            # The common lines after it in C too (a header's second line onwards).
+            taken, used, prev_digest = run(it, number, prev_digest)
+            number += taken
+            nbytes += used
     if stats is not None:
         stats.lines, stats.bytes = number, nbytes
     if pending is not None:
