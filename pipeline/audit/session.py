@@ -17,7 +17,7 @@ from pipeline.formats import UNKNOWN, VAK, detect
 from pipeline.ledger.entry import USAGE_KEYS, Usage, starts_turn, ts_nanos, usage_of
 from pipeline.ledger.entry import ZERO_USAGE as _ZERO
 from pipeline.ledger.entry import add_usage as _add
-from pipeline.ledger.kernel import configure_info_c, figures_c, node_info_c
+from pipeline.ledger.kernel import configure_info_c, figures_c, node_info_c, usage_rows_c
 from pipeline.ledger.layout import SessionKey, cwd_hash
 from pipeline.ledger.reader import Entry, LineStats, audit_view, read_ledger
 from pipeline.ledger.redact import quote
@@ -430,9 +430,13 @@ def _usage_rows(tree: TreeIndex, header: dict[str, Any],
     :func:`_figures` has tied receipts to their messages. Flat tuples and inline checks:
     this runs once per request of every session audited.
     """
+    provider, model = header.get("provider") or None, header.get("model") or None
+    made = (usage_rows_c(tree.nodes, tree.by_id, provider, model, subagent)
+            if usage_rows_c is not None else None)
+    if made is not None:  # in C (the same rows); None where this function decides
+        return made
     rows: list[tuple[Any, ...]] = []
     append = rows.append
-    provider, model = header.get("provider") or None, header.get("model") or None
     for node in tree.nodes:
         info = node.info
         kind = type(info)

@@ -2563,6 +2563,211 @@ done:
     return result;
 }
 
+/* A session's usage rows in one call: pipeline/audit/session.py's _usage_rows.
+ *
+ *     usage_rows(nodes, by_id, provider, model, subagent) -> list | None
+ *
+ * One row (USAGE_FIELDS' 20 values) per request with a usage and per metered attempt
+ * of a receipt, the same tuples of the same objects as the Python's, after figures()
+ * (or _figures) tied the receipts; provider and model the header's (None for none).
+ * None whenever a value is not what the audit makes (an info's text that is not a str,
+ * a flag that is not a bool, an attempt that is not its six-tuple with a usage of four
+ * ints): the caller then runs _usage_rows, which decides. No Python code runs on the
+ * way (only exact types are read). */
+
+static PyObject *s_message_kind = NULL, *s_mirror = NULL, *s_attempt = NULL,
+                *s_abandoned = NULL, *s_retry = NULL, *s_empty = NULL;
+
+/* `a or b` of two values that are each None or a str: no Python code. */
+static inline PyObject *
+or_text(PyObject *a, PyObject *b)
+{
+    return a != Py_None && PyUnicode_GET_LENGTH(a) > 0 ? a : b;
+}
+
+static inline int
+text_or_none(PyObject *v)
+{
+    return v && (v == Py_None || PyUnicode_CheckExact(v));
+}
+
+static PyObject *
+ckernel_usage_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "usage_rows() wants the nodes (a list), by_id (a "
+                                         "dict), the provider, the model and the subagent");
+        return NULL;
+    }
+    if (!node_type || !request_type || !receipt_type) {
+        PyErr_SetString(PyExc_RuntimeError, "usage_rows() before configure_tree() and "
+                                            "configure_info()");
+        return NULL;
+    }
+    PyObject *nodes = args[0], *by_id = args[1], *provider = args[2], *model = args[3],
+             *subagent = args[4];
+    if (!text_or_none(provider) || !text_or_none(model) || !text_or_none(subagent)) {
+        Py_RETURN_NONE;
+    }
+    if (!s_message_kind) {
+        s_message_kind = PyUnicode_InternFromString("message");
+        s_mirror = PyUnicode_InternFromString("mirror");
+        s_attempt = PyUnicode_InternFromString("attempt");
+        s_abandoned = PyUnicode_InternFromString("abandoned");
+        s_retry = PyUnicode_InternFromString("retry");
+        s_empty = PyUnicode_InternFromString("");
+        if (!s_message_kind || !s_mirror || !s_attempt || !s_abandoned || !s_retry
+            || !s_empty) {
+            return NULL;
+        }
+    }
+    Py_ssize_t n_id = slot_offset(node_slots[1]), n_parent = slot_offset(node_slots[2]),
+               n_info = slot_offset(node_slots[4]), n_active = slot_offset(node_slots[5]);
+    /* request: usage, ts, model, receipt, key, part, write_1h, mirror */
+    Py_ssize_t q_usage = slot_offset(request_slots[0]), q_ts = slot_offset(request_slots[1]),
+               q_model = slot_offset(request_slots[2]), q_receipt = slot_offset(request_slots[3]),
+               q_key = slot_offset(request_slots[4]), q_write_1h = slot_offset(request_slots[6]),
+               q_mirror = slot_offset(request_slots[7]);
+    /* receipt: winning, billed, attempts, failed, ts, provider, model, purpose, metered */
+    Py_ssize_t r_ts = slot_offset(receipt_slots[4]), r_provider = slot_offset(receipt_slots[5]),
+               r_model = slot_offset(receipt_slots[6]), r_purpose = slot_offset(receipt_slots[7]),
+               r_metered = slot_offset(receipt_slots[8]);
+    PyObject *rows = PyList_New(0);
+    if (!rows) {
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(nodes);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *node = PyList_GET_ITEM(nodes, i);
+        if (!Py_IS_TYPE(node, node_type)) {
+            goto defer;
+        }
+        PyObject *info = SLOT_AT(node, n_info), *ident = SLOT_AT(node, n_id),
+                 *mark = SLOT_AT(node, n_active);
+        if (!info || !ident || (mark != Py_True && mark != Py_False)) {
+            goto defer;
+        }
+        if (Py_IS_TYPE(info, request_type)) {
+            PyObject *u = SLOT_AT(info, q_usage);
+            if (u == Py_None) {
+                continue;
+            }
+            PyObject *ts = SLOT_AT(info, q_ts), *own_model = SLOT_AT(info, q_model),
+                     *receipt = SLOT_AT(info, q_receipt), *key = SLOT_AT(info, q_key),
+                     *write_1h = SLOT_AT(info, q_write_1h), *mirror = SLOT_AT(info, q_mirror);
+            if (!u || !is_usage(u) || !ts || !receipt || !write_1h || !text_or_none(key)
+                || !text_or_none(own_model) || !text_or_none(mirror)) {
+                goto defer;
+            }
+            PyObject *active = mark == Py_True || mirror != Py_None ? Py_True : Py_False;
+            int billed = receipt == Py_None;
+            PyObject *row = PyTuple_Pack(
+                20, ident, or_text(key, ident), mirror == Py_None ? s_message_kind : s_mirror,
+                Py_None, Py_None, Py_None, Py_None, ts, provider, or_text(own_model, model),
+                active, PyTuple_GET_ITEM(u, 0), PyTuple_GET_ITEM(u, 1), PyTuple_GET_ITEM(u, 2),
+                PyTuple_GET_ITEM(u, 3), billed ? Py_True : Py_False,
+                billed ? active : Py_False,
+                billed && active == Py_False ? s_abandoned : Py_None, write_1h,
+                or_text(mirror, subagent));
+            if (!row || PyList_Append(rows, row) < 0) {
+                Py_XDECREF(row);
+                goto fail;
+            }
+            Py_DECREF(row);
+        }
+        else if (Py_IS_TYPE(info, receipt_type)) {
+            PyObject *metered = SLOT_AT(info, r_metered);
+            if (!metered || !PyList_CheckExact(metered)) {
+                goto defer;
+            }
+            if (PyList_GET_SIZE(metered) == 0) {
+                continue;
+            }
+            PyObject *ts = SLOT_AT(info, r_ts), *own_provider = SLOT_AT(info, r_provider),
+                     *own_model = SLOT_AT(info, r_model), *purpose = SLOT_AT(info, r_purpose);
+            if (!ts || !purpose || !text_or_none(own_provider) || !text_or_none(own_model)) {
+                goto defer;
+            }
+            /* _owner: the parent, when its info is a Request (exactly) */
+            PyObject *owner = NULL, *parent_id = SLOT_AT(node, n_parent);
+            if (!parent_id) {
+                goto defer;
+            }
+            if (parent_id == Py_None || PyUnicode_CheckExact(parent_id)) {
+                /* by_id.get(parent_id or "") */
+                owner = PyDict_GetItemWithError(by_id, parent_id == Py_None ? s_empty : parent_id);
+                if (!owner && PyErr_Occurred()) {
+                    goto fail;
+                }
+                if (owner) {
+                    if (!Py_IS_TYPE(owner, node_type) || !SLOT_AT(owner, n_info)) {
+                        goto defer;
+                    }
+                    if (!Py_IS_TYPE(SLOT_AT(owner, n_info), request_type)) {
+                        owner = NULL;
+                    }
+                }
+            }
+            else {
+                goto defer;
+            }
+            PyObject *active = owner ? SLOT_AT(owner, n_active) : mark, *owner_id = Py_None;
+            int counts = 1;
+            if (owner) {
+                owner_id = SLOT_AT(owner, n_id);
+                counts = SLOT_AT(SLOT_AT(owner, n_info), q_receipt) == info;
+            }
+            if (!owner_id || (active != Py_True && active != Py_False)) {
+                goto defer;
+            }
+            PyObject *p = or_text(own_provider, provider), *m = or_text(own_model, model);
+            for (Py_ssize_t k = 0; k < PyList_GET_SIZE(metered); k++) {
+                PyObject *att = PyList_GET_ITEM(metered, k);
+                if (!PyTuple_CheckExact(att) || PyTuple_GET_SIZE(att) != 6) {
+                    goto defer;
+                }
+                PyObject *ordinal = PyTuple_GET_ITEM(att, 0), *settlement = PyTuple_GET_ITEM(att, 1),
+                         *u = PyTuple_GET_ITEM(att, 2), *a_p = PyTuple_GET_ITEM(att, 3),
+                         *a_m = PyTuple_GET_ITEM(att, 4), *win = PyTuple_GET_ITEM(att, 5);
+                if (!is_usage(u) || !text_or_none(a_p) || !text_or_none(a_m)
+                    || (win != Py_True && win != Py_False)) {
+                    goto defer;
+                }
+                PyObject *shown = Py_None;
+                if (PyLong_CheckExact(ordinal)) {
+                    int overflow = 0;
+                    long long v = PyLong_AsLongLongAndOverflow(ordinal, &overflow);
+                    if (!overflow && v >= 0 && v < (1LL << 31)) {
+                        shown = ordinal;
+                    }
+                }
+                /* win and counts and active; None if effective, else abandoned or retry */
+                PyObject *effective = win == Py_False ? Py_False
+                                      : !counts       ? Py_False : active;
+                PyObject *waste = effective == Py_True ? Py_None
+                                  : win == Py_True && counts ? s_abandoned : s_retry;
+                PyObject *row = PyTuple_Pack(
+                    20, ident, owner ? owner_id : Py_None, s_attempt, purpose, shown, settlement,
+                    win, ts, or_text(a_p, p), or_text(a_m, m), active, PyTuple_GET_ITEM(u, 0),
+                    PyTuple_GET_ITEM(u, 1), PyTuple_GET_ITEM(u, 2), PyTuple_GET_ITEM(u, 3),
+                    Py_True, effective, waste, Py_None, subagent);
+                if (!row || PyList_Append(rows, row) < 0) {
+                    Py_XDECREF(row);
+                    goto fail;
+                }
+                Py_DECREF(row);
+            }
+        }
+    }
+    return rows;
+defer:
+    Py_DECREF(rows);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(rows);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* The audit's common lines in one loop: read_ledger's common line, the node's info and
  * the tree's add, for as many lines as follow one another that way.
@@ -2808,6 +3013,9 @@ static PyMethodDef ckernel_methods[] = {
     {"configure_info", (PyCFunction)(void (*)(void))ckernel_configure_info, METH_FASTCALL,
      "configure_info(request_type, receipt_type, directive, zero_usage, slow): what "
      "node_info() makes and defers to."},
+    {"usage_rows", (PyCFunction)(void (*)(void))ckernel_usage_rows, METH_FASTCALL,
+     "usage_rows(nodes, by_id, provider, model, subagent) -> list | None: a session's "
+     "usage rows (_usage_rows'), in one call; None where _usage_rows must decide."},
     {"figures", (PyCFunction)(void (*)(void))ckernel_figures, METH_FASTCALL,
      "figures(nodes, by_id) -> tuple | None: a session's figures (_figures') and its "
      "active chain's lines and ids, in one call; None where _figures must decide."},

@@ -235,6 +235,10 @@ configure_info_c: Callable[[type[Any], type[Any], object, tuple[int, int, int, i
 #: configured by ``configure_tree_c`` and ``configure_info_c``; ``None`` where that
 #: function must decide), or ``None``.
 figures_c: Callable[[list[Any], dict[str, Any]], tuple[Any, ...] | None] | None
+#: A session's usage rows in one call (``usage_rows_c(nodes, by_id, provider, model,
+#: subagent)``: pipeline/audit/session.py's ``_usage_rows``; ``None`` where that function
+#: must decide), or ``None``.
+usage_rows_c: Callable[..., list[tuple[Any, ...]] | None] | None
 #: The audit's common lines in one loop (``run_c(by_id, nodes, slow_add, info, findings,
 #: last, lines, number, prev)``: tree.TreeIndex.runner's), over the lines of
 #: ``pushback_c(lines)``, which it gives back the first line it does not take; or
@@ -274,13 +278,14 @@ try:
     from pipeline.ledger._ckernel import scan_transcript as scan_transcript_c
     from pipeline.ledger._ckernel import sha256_hex as sha256_hex_c
     from pipeline.ledger._ckernel import tree_add as tree_add_c
+    from pipeline.ledger._ckernel import usage_rows as usage_rows_c
     from pipeline.ledger._ckernel import valid as valid_c
     from pipeline.ledger._ckernel import worth_it as worth_it_c
 except ImportError:  # not built here (no compiler at install): simdjson stands in
     scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = None
     any_in_c = chained_c = valid_c = tree_add_c = configure_tree_c = None
     node_info_c = configure_info_c = run_c = pushback_c = direct_sha256_c = sha256_hex_c = None
-    figures_c = None
+    figures_c = usage_rows_c = None
 
 
 def _scan_none(body: bytes) -> None:

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import pipeline.audit.session as session_module
 from pipeline.audit.session import (
     _DIRECTIVE,
     _figures,
@@ -18,6 +19,7 @@ from pipeline.audit.session import (
     _node_info,
     _Receipt,
     _Request,
+    _usage_rows,
     audit_session,
     verdict,
 )
@@ -502,16 +504,25 @@ def test_a_verdict_counts_each_severity_and_takes_the_worst(found: list[Code]) -
 
 COUNT = st.integers(0, 2**40) | st.sampled_from([0, 2**62, 2**63 - 1])
 USAGE = st.tuples(COUNT, COUNT, COUNT, COUNT)
+TEXT = st.none() | st.sampled_from(["", "a", "anthropic"])
+#: A metered attempt: (ordinal, settlement, usage, provider, model, winning).
+METERED = st.tuples(st.none() | st.integers(-2, 2**31 + 1) | st.sampled_from([2**31 - 1, 2**31])
+                    | st.just(1.0) | st.just(True),
+                    TEXT, USAGE, TEXT, TEXT, st.booleans())
 #: What the audit hangs on a node, and what it never does (a defer, never a guess).
 INFO = st.one_of(
     st.none(), st.just(_DIRECTIVE), st.just("other"),
-    st.builds(lambda u, part, mirror, key: _Request(u, "t", None, None, key, part, None, mirror),
-              st.none() | USAGE, st.booleans(),
-              st.none() | st.just("sub"), st.none() | st.just("k")),
-    st.builds(lambda w, b, a, f: _Receipt(w, b, a, f, "t", None, None, None, []),
-              st.none() | USAGE, USAGE, st.integers(0, 5), st.integers(0, 5)),
+    st.builds(lambda u, model, part, mirror, key, hour: _Request(u, "t", model, None, key,
+                                                                  part, hour, mirror),
+              st.none() | USAGE, TEXT, st.booleans(), st.none() | st.just("sub"), TEXT,
+              st.none() | st.integers(0, 9)),
+    st.builds(lambda w, b, a, f, p, m, why, metered: _Receipt(w, b, a, f, "t", p, m, why,
+                                                              metered),
+              st.none() | USAGE, USAGE, st.integers(0, 5), st.integers(0, 5), TEXT, TEXT,
+              TEXT, st.lists(METERED, max_size=3)),
 )
-ODD = st.sampled_from(["mark", "part", "usage", "receipt_usage", "attempts", "parent"])
+ODD = st.sampled_from(["mark", "part", "usage", "receipt_usage", "attempts", "parent",
+                       "model", "metered", "attempt"])
 
 
 def figure_tree(spec: list[tuple[Any, int, bool]], odd: str | None, where: int) -> Any:
@@ -540,6 +551,12 @@ def figure_tree(spec: list[tuple[Any, int, bool]], odd: str | None, where: int) 
             node.info.attempts = True
         elif odd == "parent":
             node.parent_id = 7
+        elif odd == "model" and type(node.info) is _Request:
+            node.info.model = 3
+        elif odd == "metered" and type(node.info) is _Receipt:
+            node.info.metered = tuple(node.info.metered)
+        elif odd == "attempt" and type(node.info) is _Receipt and node.info.metered:
+            node.info.metered[0] = list(node.info.metered[0])
     return tree
 
 
@@ -577,3 +594,45 @@ def test_the_c_figures_are_the_python_ones(spec: list[tuple[Any, int, bool]],
     assert _figures_row(*figures) == want
     assert (lines, ids) == (tuple(n.line for n in active), tuple(n.id for n in active))
     assert ties(c_tree) == ties(py_tree)  # the same receipts tied to the same requests
+
+
+@pytest.mark.skipif(kernel.usage_rows_c is None, reason="the C kernel did not build here")
+@settings(max_examples=400, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=st.lists(st.tuples(INFO, st.integers(-1, 12), st.booleans()), max_size=14),
+       odd=st.none() | ODD, where=st.integers(0, 20), header=st.tuples(TEXT, TEXT),
+       subagent=st.none() | st.just("a1"))
+@example(spec=[(_Request(None, "t", "m"), -1, True),  # a message, then two receipts of it:
+               *[(_Receipt(w, (1, 1, 1, 1), 2, 1, "t", None, None, "p",  # the second
+                           [(0, "failed", (1, 1, 1, 1), None, None, False),  # a retry
+                            (1, "ok", (2, 2, 2, 2), "x", "", True)]), 0, True)
+                 for w in ((2, 2, 2, 2), (3, 3, 3, 3))]],
+          odd=None, where=0, header=("anthropic", "m0"), subagent=None)
+def test_the_c_usage_rows_are_the_python_ones(
+        spec: list[tuple[Any, int, bool]], odd: str | None, where: int,
+        header: tuple[str | None, str | None], subagent: str | None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert kernel.usage_rows_c is not None
+    c_tree, py_tree = figure_tree(spec, odd, where), figure_tree(spec, odd, where)
+    fields = {"provider": header[0], "model": header[1]}
+    try:
+        _figures(c_tree)
+        _figures(py_tree)
+    except (TypeError, KeyError, IndexError):
+        return  # the figures' own test above
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(session_module, "usage_rows_c", None)
+            want = _usage_rows(py_tree, fields, subagent)
+    except (TypeError, KeyError, IndexError, ValueError):  # the C must defer
+        assert kernel.usage_rows_c(c_tree.nodes, c_tree.by_id, header[0] or None,
+                                   header[1] or None, subagent) is None
+        return
+    got = kernel.usage_rows_c(c_tree.nodes, c_tree.by_id, header[0] or None,
+                              header[1] or None, subagent)
+    if got is None:  # deferred: only for what the audit never makes
+        assert odd is not None
+        return
+    assert got == want
+    assert [tuple(map(type, row)) for row in got] == [tuple(map(type, r)) for r in want]
+    assert _usage_rows(c_tree, fields, subagent) == want  # the caller's way
