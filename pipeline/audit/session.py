@@ -358,11 +358,16 @@ def _figures_row(turns: int, requests: int, requests_abandoned: int, attempts: i
         "receipt_attempts": attempts,
         "receipt_failed_attempts": failed,
     }
-    for i, kind in enumerate(USAGE_KINDS):
-        row[f"{kind}_tokens"] = usage[i]
-        row[f"{kind}_tokens_abandoned"] = usage_abandoned[i]
-        row[f"billed_{kind}_tokens"] = billed[i]
+    for i, (kept, abandoned, paid) in enumerate(_USAGE_COLUMNS):
+        row[kept] = usage[i]
+        row[abandoned] = usage_abandoned[i]
+        row[paid] = billed[i]
     return row
+
+
+#: The row's usage columns of each kind: on the active chain, abandoned, billed.
+_USAGE_COLUMNS = tuple((f"{kind}_tokens", f"{kind}_tokens_abandoned", f"billed_{kind}_tokens")
+                       for kind in USAGE_KINDS)
 
 
 def _figures_and_chain(tree: TreeIndex) -> tuple[dict[str, Any], tuple[int, ...],
