@@ -351,6 +351,7 @@ def _figures(tree: TreeIndex) -> dict[str, Any]:
 def _figures_row(turns: int, requests: int, requests_abandoned: int, attempts: int,
                  failed: int, usage: Usage, usage_abandoned: Usage,
                  billed: Usage) -> dict[str, Any]:
+    """The figures' columns of a session's row (made by :func:`_figures` or in C)."""
     row: dict[str, Any] = {
         "turns": turns,
         "requests": requests,
@@ -433,7 +434,9 @@ def _usage_rows(tree: TreeIndex, header: dict[str, Any],
 
     The rules are in ``docs/cost-rules.md`` ("Billed, effective, wasted"). Runs after
     :func:`_figures` has tied receipts to their messages. Flat tuples and inline checks:
-    this runs once per request of every session audited.
+    this runs once per request of every session audited. In one C call where the kernel
+    built (``usage_rows_c``: the same rows, a test holds them alike), here where it
+    defers (a value the audit never makes).
     """
     provider, model = header.get("provider") or None, header.get("model") or None
     made = (usage_rows_c(tree.nodes, tree.by_id, provider, model, subagent)

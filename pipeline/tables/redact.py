@@ -62,8 +62,9 @@ def _candidates(columns: list[pa.ChunkedArray]) -> list[bool]:
     :data:`~pipeline.ledger.redact.TRIGGER` is words and nothing else (no anchors, no
     word boundaries), so a word in a cell is a word in the cells' bytes joined: a column
     found without one has no cell with one. A word across two cells is only a false
-    alarm: that column is then read cell by cell. ~5x faster than the cell-by-cell
-    search on a ``usage`` table's id and model columns (one RE2 match per cell).
+    alarm: that column is then read cell by cell. One RE2 scan of a table's characters
+    instead of one match per cell: the tables of the 536 MB benchmark fleet redact in
+    0.061 s of CPU instead of 0.107 s (docs/reliability.md).
     """
     datas = [_characters(column) for column in columns]
     flat = [data for column in datas for data in column]
