@@ -1421,9 +1421,6 @@ slotted(PyTypeObject *type, PyObject *const *slots, PyObject *const *values, int
     return obj;
 }
 
-/* The payload's four slots (body, data, view, mapper), as their member descriptors: a
- * payload is made by the type's allocator and these, without the Python frame of its
- * __init__ (which only stores the four), once a line. */
 /* OpenSSL's SHA256(data, n, md), the function under hashlib's sha256, taken from the
  * libcrypto this process already loaded for hashlib, or NULL (not found, or turned off
  * by direct_sha256(False)): then hashlib's sha256 is called. Called directly, a line's
@@ -1466,6 +1463,9 @@ find_openssl_sha256(void)
 #endif
 }
 
+/* The payload's four slots (body, data, view, mapper), as their member descriptors: a
+ * payload is made by the type's allocator and these, without the Python frame of its
+ * __init__ (which only stores the four), once a line. */
 #define PAYLOAD_SLOTS 4
 static const char *payload_slot_names[PAYLOAD_SLOTS] = {"body", "data", "view", "mapper"};
 static PyObject *payload_slots[PAYLOAD_SLOTS];
