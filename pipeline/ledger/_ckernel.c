@@ -2575,7 +2575,7 @@ done:
  * ints): the caller then runs _usage_rows, which decides. No Python code runs on the
  * way (only exact types are read). */
 
-static PyObject *s_message_kind = NULL, *s_mirror = NULL, *s_attempt = NULL,
+static PyObject *s_mirror = NULL, *s_attempt = NULL,
                 *s_abandoned = NULL, *s_retry = NULL, *s_empty = NULL;
 
 /* `a or b` of two values that are each None or a str: no Python code. */
@@ -2608,18 +2608,6 @@ ckernel_usage_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
              *subagent = args[4];
     if (!text_or_none(provider) || !text_or_none(model) || !text_or_none(subagent)) {
         Py_RETURN_NONE;
-    }
-    if (!s_message_kind) {
-        s_message_kind = PyUnicode_InternFromString("message");
-        s_mirror = PyUnicode_InternFromString("mirror");
-        s_attempt = PyUnicode_InternFromString("attempt");
-        s_abandoned = PyUnicode_InternFromString("abandoned");
-        s_retry = PyUnicode_InternFromString("retry");
-        s_empty = PyUnicode_InternFromString("");
-        if (!s_message_kind || !s_mirror || !s_attempt || !s_abandoned || !s_retry
-            || !s_empty) {
-            return NULL;
-        }
     }
     Py_ssize_t n_id = slot_offset(node_slots[1]), n_parent = slot_offset(node_slots[2]),
                n_info = slot_offset(node_slots[4]), n_active = slot_offset(node_slots[5]);
@@ -2662,7 +2650,7 @@ ckernel_usage_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
             PyObject *active = mark == Py_True || mirror != Py_None ? Py_True : Py_False;
             int billed = receipt == Py_None;
             PyObject *row = PyTuple_Pack(
-                20, ident, or_text(key, ident), mirror == Py_None ? s_message_kind : s_mirror,
+                20, ident, or_text(key, ident), mirror == Py_None ? s_message : s_mirror,
                 Py_None, Py_None, Py_None, Py_None, ts, provider, or_text(own_model, model),
                 active, PyTuple_GET_ITEM(u, 0), PyTuple_GET_ITEM(u, 1), PyTuple_GET_ITEM(u, 2),
                 PyTuple_GET_ITEM(u, 3), billed ? Py_True : Py_False,
@@ -3131,6 +3119,15 @@ PyInit__ckernel(void)
     s_purpose = PyUnicode_InternFromString("purpose");
     if (!zero_count || !s_control || !s_attempts || !s_winning_attempt || !s_ordinal
         || !s_settlement || !s_provider || !s_purpose) {
+        return NULL;
+    }
+    /* the usage rows' own texts (usage_rows; "message" is s_message) */
+    s_mirror = PyUnicode_InternFromString("mirror");
+    s_attempt = PyUnicode_InternFromString("attempt");
+    s_abandoned = PyUnicode_InternFromString("abandoned");
+    s_retry = PyUnicode_InternFromString("retry");
+    s_empty = PyUnicode_InternFromString("");
+    if (!s_mirror || !s_attempt || !s_abandoned || !s_retry || !s_empty) {
         return NULL;
     }
     for (int i = 0; i < CC_NSCALARS; i++) {
