@@ -2049,6 +2049,45 @@ usage_tuple(PyObject *raw)
     return t;
 }
 
+/* A slot's value at the offset its member descriptor gives (figures, usage_rows: what
+ * the audit made, read without a call; NULL when unset). */
+#define SLOT_AT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static inline Py_ssize_t
+slot_offset(PyObject *descr)
+{
+    return ((PyMemberDescrObject *)descr)->d_member->offset;
+}
+
+/* Whether u is a usage as usage_of makes it: a tuple of four ints. */
+static inline int
+is_usage(PyObject *u)
+{
+    return PyTuple_CheckExact(u) && PyTuple_GET_SIZE(u) == 4
+        && PyLong_CheckExact(PyTuple_GET_ITEM(u, 0)) && PyLong_CheckExact(PyTuple_GET_ITEM(u, 1))
+        && PyLong_CheckExact(PyTuple_GET_ITEM(u, 2)) && PyLong_CheckExact(PyTuple_GET_ITEM(u, 3));
+}
+
+/* *acc = add_usage(*acc, u) (both usages): 0, or -1 with an error. */
+static int
+add_usage_to(PyObject **acc, PyObject *u)
+{
+    PyObject *sum = PyTuple_New(4);
+    if (!sum) {
+        return -1;
+    }
+    for (int k = 0; k < 4; k++) {
+        PyObject *v = PyNumber_Add(PyTuple_GET_ITEM(*acc, k), PyTuple_GET_ITEM(u, k));
+        if (!v) {
+            Py_DECREF(sum);
+            return -1;
+        }
+        PyTuple_SET_ITEM(sum, k, v);
+    }
+    Py_SETREF(*acc, sum);
+    return 0;
+}
+
 static PyObject *
 new_request(PyObject *usage, PyObject *ts, PyObject *model)
 {
@@ -2127,22 +2166,9 @@ receipt_info(PyObject *data, PyObject *ts)
             if (billed == zero_usage) {
                 Py_SETREF(billed, Py_NewRef(u));
             }
-            else {
-                PyObject *sum = PyTuple_New(4);
-                if (!sum) {
-                    Py_DECREF(u);
-                    goto done;
-                }
-                for (int k = 0; k < 4; k++) {
-                    PyObject *v = PyNumber_Add(PyTuple_GET_ITEM(billed, k), PyTuple_GET_ITEM(u, k));
-                    if (!v) {
-                        Py_DECREF(sum);
-                        Py_DECREF(u);
-                        goto done;
-                    }
-                    PyTuple_SET_ITEM(sum, k, v);
-                }
-                Py_SETREF(billed, sum);
+            else if (add_usage_to(&billed, u) < 0) {
+                Py_DECREF(u);
+                goto done;
             }
             PyObject *provider = !PyErr_Occurred() ? GET(att, s_provider) : NULL;
             PyObject *model = !PyErr_Occurred() ? GET(att, s_model) : NULL;
@@ -2372,40 +2398,31 @@ slow:
  * way, so that is the same either way). The slots are read at the offsets their
  * descriptors give (configure_tree, configure_info). */
 
-#define SLOT_AT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+static PyObject *s_empty = NULL; /* "" */
 
-static inline Py_ssize_t
-slot_offset(PyObject *descr)
-{
-    return ((PyMemberDescrObject *)descr)->d_member->offset;
-}
-
-/* Whether u is a usage as usage_of makes it: a tuple of four ints. */
-static inline int
-is_usage(PyObject *u)
-{
-    return PyTuple_CheckExact(u) && PyTuple_GET_SIZE(u) == 4
-        && PyLong_CheckExact(PyTuple_GET_ITEM(u, 0)) && PyLong_CheckExact(PyTuple_GET_ITEM(u, 1))
-        && PyLong_CheckExact(PyTuple_GET_ITEM(u, 2)) && PyLong_CheckExact(PyTuple_GET_ITEM(u, 3));
-}
-
-/* *acc = add_usage(*acc, u) (both usages): 0, or -1 with an error. */
+/* _owner(tree, node) of a receipt's node: the node by_id holds under its parent_id
+ * (by_id.get(parent_id or "")), in *owner (borrowed) when that node's info is a Request
+ * (exactly), else NULL. 0; 1 where a value is not what the audit makes (the caller
+ * defers); -1 with an error. */
 static int
-add_usage_to(PyObject **acc, PyObject *u)
+receipt_owner(PyObject *node, PyObject *by_id, PyObject **owner)
 {
-    PyObject *sum = PyTuple_New(4);
-    if (!sum) {
-        return -1;
+    Py_ssize_t n_parent = slot_offset(node_slots[2]), n_info = slot_offset(node_slots[4]);
+    PyObject *parent_id = SLOT_AT(node, n_parent);
+    *owner = NULL;
+    if (!parent_id || (parent_id != Py_None && !PyUnicode_CheckExact(parent_id))) {
+        return 1;
     }
-    for (int k = 0; k < 4; k++) {
-        PyObject *v = PyNumber_Add(PyTuple_GET_ITEM(*acc, k), PyTuple_GET_ITEM(u, k));
-        if (!v) {
-            Py_DECREF(sum);
-            return -1;
-        }
-        PyTuple_SET_ITEM(sum, k, v);
+    PyObject *found = PyDict_GetItemWithError(by_id, parent_id == Py_None ? s_empty : parent_id);
+    if (!found) {
+        return PyErr_Occurred() ? -1 : 0;
     }
-    Py_SETREF(*acc, sum);
+    if (!Py_IS_TYPE(found, node_type) || !SLOT_AT(found, n_info)) {
+        return 1;
+    }
+    if (Py_IS_TYPE(SLOT_AT(found, n_info), request_type)) {
+        *owner = found;
+    }
     return 0;
 }
 
@@ -2424,8 +2441,7 @@ ckernel_figures(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
     PyObject *nodes = args[0], *by_id = args[1];
     /* node: line, id, parent_id, kind, info, on_active_chain */
     Py_ssize_t n_line = slot_offset(node_slots[0]), n_id = slot_offset(node_slots[1]),
-               n_parent = slot_offset(node_slots[2]), n_info = slot_offset(node_slots[4]),
-               n_active = slot_offset(node_slots[5]);
+               n_info = slot_offset(node_slots[4]), n_active = slot_offset(node_slots[5]);
     /* request: usage, ts, model, receipt, key, part, write_1h, mirror */
     Py_ssize_t q_usage = slot_offset(request_slots[0]), q_receipt = slot_offset(request_slots[3]),
                q_part = slot_offset(request_slots[5]), q_mirror = slot_offset(request_slots[7]);
@@ -2466,27 +2482,20 @@ ckernel_figures(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         }
         attempts += t;
         failed += f;
-        /* _owner: the parent, when a Request (exactly), takes its first winning receipt */
-        PyObject *parent_id = SLOT_AT(node, n_parent);
-        if (winning == Py_None || !parent_id || parent_id == Py_None) {
+        if (winning == Py_None) {
             continue;
         }
-        if (!PyUnicode_CheckExact(parent_id)) {
-            goto defer;
-        }
-        PyObject *owner = PyDict_GetItemWithError(by_id, parent_id);
-        if (!owner) {
-            if (PyErr_Occurred()) {
+        /* its owner (a Request) takes its first receipt with a winning usage */
+        PyObject *owner;
+        int odd = receipt_owner(node, by_id, &owner);
+        if (odd) {
+            if (odd < 0) {
                 goto done;
             }
-            continue;
-        }
-        if (!Py_IS_TYPE(owner, node_type)) {
             goto defer;
         }
-        PyObject *request = SLOT_AT(owner, n_info);
-        if (request && Py_IS_TYPE(request, request_type)) {
-            PyObject **slot = &SLOT_AT(request, q_receipt);
+        if (owner) {
+            PyObject **slot = &SLOT_AT(SLOT_AT(owner, n_info), q_receipt);
             if (*slot == Py_None) {
                 Py_SETREF(*slot, Py_NewRef(info));
             }
@@ -2575,8 +2584,7 @@ done:
  * ints): the caller then runs _usage_rows, which decides. No Python code runs on the
  * way (only exact types are read). */
 
-static PyObject *s_mirror = NULL, *s_attempt = NULL,
-                *s_abandoned = NULL, *s_retry = NULL, *s_empty = NULL;
+static PyObject *s_mirror = NULL, *s_attempt = NULL, *s_abandoned = NULL, *s_retry = NULL;
 
 /* `a or b` of two values that are each None or a str: no Python code. */
 static inline PyObject *
@@ -2609,8 +2617,8 @@ ckernel_usage_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
     if (!text_or_none(provider) || !text_or_none(model) || !text_or_none(subagent)) {
         Py_RETURN_NONE;
     }
-    Py_ssize_t n_id = slot_offset(node_slots[1]), n_parent = slot_offset(node_slots[2]),
-               n_info = slot_offset(node_slots[4]), n_active = slot_offset(node_slots[5]);
+    Py_ssize_t n_id = slot_offset(node_slots[1]), n_info = slot_offset(node_slots[4]),
+               n_active = slot_offset(node_slots[5]);
     /* request: usage, ts, model, receipt, key, part, write_1h, mirror */
     Py_ssize_t q_usage = slot_offset(request_slots[0]), q_ts = slot_offset(request_slots[1]),
                q_model = slot_offset(request_slots[2]), q_receipt = slot_offset(request_slots[3]),
@@ -2676,27 +2684,12 @@ ckernel_usage_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
             if (!ts || !purpose || !text_or_none(own_provider) || !text_or_none(own_model)) {
                 goto defer;
             }
-            /* _owner: the parent, when its info is a Request (exactly) */
-            PyObject *owner = NULL, *parent_id = SLOT_AT(node, n_parent);
-            if (!parent_id) {
-                goto defer;
-            }
-            if (parent_id == Py_None || PyUnicode_CheckExact(parent_id)) {
-                /* by_id.get(parent_id or "") */
-                owner = PyDict_GetItemWithError(by_id, parent_id == Py_None ? s_empty : parent_id);
-                if (!owner && PyErr_Occurred()) {
+            PyObject *owner;
+            int odd = receipt_owner(node, by_id, &owner);
+            if (odd) {
+                if (odd < 0) {
                     goto fail;
                 }
-                if (owner) {
-                    if (!Py_IS_TYPE(owner, node_type) || !SLOT_AT(owner, n_info)) {
-                        goto defer;
-                    }
-                    if (!Py_IS_TYPE(SLOT_AT(owner, n_info), request_type)) {
-                        owner = NULL;
-                    }
-                }
-            }
-            else {
                 goto defer;
             }
             PyObject *active = owner ? SLOT_AT(owner, n_active) : mark, *owner_id = Py_None;
