@@ -36,10 +36,11 @@ from typing import Any
 import simdjson
 
 __all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "any_in_c",
-           "chained_c", "configure_c", "configure_info_c", "configure_tree_c", "entry_c", "lazy_c",
-           "node_info_c", "parse_object", "pushback_c", "run_c",
-           "scan", "scan_c", "scan_simdjson", "tree_add_c", "use", "valid_c", "worth_it",
-           "worth_it_c", "worth_it_simdjson"]
+           "chained_c", "configure_c", "configure_info_c", "configure_tree_c",
+           "direct_sha256_c", "entry_c", "figures_c", "lazy_c", "node_info_c",
+           "parse_object", "pushback_c", "run_c", "scan", "scan_c", "scan_simdjson",
+           "scan_transcript_c", "sha256_hex_c", "tree_add_c", "usage_rows_c", "use",
+           "valid_c", "worth_it", "worth_it_c", "worth_it_simdjson"]
 
 #: Lines shorter than this are parsed by orjson whole, per implementation. simdjson's
 #: fixed cost per line (its proxies, the key list that catches repeated keys) is ~1.8 us,
