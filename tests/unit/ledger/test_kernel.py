@@ -15,12 +15,14 @@ decides those lines: ``test_where_simdjson_and_orjson_differ_orjson_decides`` sa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -476,6 +478,18 @@ def test_the_c_kernels_common_line_is_only_a_chained_entry_with_nothing_to_look_
     assert kernel.chained_c(doubt[at - 1], at, before) is None  # its roles to look at
 
 
+@contextlib.contextmanager
+def digests(direct: bool) -> Iterator[bool]:
+    """The C kernel's digests direct (where OpenSSL's ``SHA256()`` was found) or through
+    hashlib for the block; whether they are direct, as the block's value."""
+    assert kernel.direct_sha256_c is not None
+    was = kernel.direct_sha256_c()
+    try:
+        yield kernel.direct_sha256_c(direct)
+    finally:
+        kernel.direct_sha256_c(was)
+
+
 @pytest.mark.skipif(kernel.direct_sha256_c is None, reason="the C kernel did not build here")
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="no /proc to look in")
 def test_the_c_kernels_digest_is_direct_where_hashlib_has_a_shared_libcrypto() -> None:
@@ -490,14 +504,11 @@ def test_the_c_kernels_digest_is_direct_where_hashlib_has_a_shared_libcrypto() -
 @settings(max_examples=300, deadline=None)
 @given(body=st.binary(max_size=3000))
 def test_the_c_kernels_digest_is_hashlibs(body: bytes) -> None:
-    assert kernel.sha256_hex_c is not None and kernel.direct_sha256_c is not None
+    assert kernel.sha256_hex_c is not None
     wanted = hashlib.sha256(body).hexdigest()
     assert kernel.sha256_hex_c(body) == wanted
-    was = kernel.direct_sha256_c(False)
-    try:
+    with digests(direct=False):
         assert kernel.sha256_hex_c(body) == wanted  # through hashlib
-    finally:
-        kernel.direct_sha256_c(was)
 
 
 @pytest.mark.skipif(kernel.chained_c is None, reason="the C kernel did not build here")
@@ -508,19 +519,16 @@ def test_the_c_kernels_common_line_keeps_the_line_as_read(direct: bool) -> None:
     # entry, data and digest either way.
     assert kernel.chained_c is not None and kernel.direct_sha256_c is not None
     lines = sample_session(turns=2).to_bytes().splitlines(keepends=True)
-    was = kernel.direct_sha256_c(direct)
-    try:
+    with digests(direct) as direct_now:
         prev = hashlib.sha256(lines[0][:-1]).hexdigest()
         for n, raw in enumerate(lines[1:], 2):
             entry = kernel.chained_c(raw, n, prev)
             assert entry is not None and entry.digest == hashlib.sha256(raw[:-1]).hexdigest()
             if type(entry) is LazyEntry:
                 body = tuple.__getitem__(entry, 8).body
-                assert body is raw if kernel.direct_sha256_c() else body == raw[:-1]
+                assert body is raw if direct_now else body == raw[:-1]
             assert entry == reader.parse_entry_orjson(raw[:-1], n)[0]
             prev = entry.digest
-    finally:
-        kernel.direct_sha256_c(was)
 
 
 @pytest.mark.skipif(kernel.chained_c is None, reason="the C kernel did not build here")
@@ -533,13 +541,10 @@ def test_a_session_reads_the_same_with_the_digest_direct_or_through_hashlib(
     monkeypatch.setattr(reader, "_scan", kernel.scan_c)
     monkeypatch.setattr(reader, "_worth_it", kernel.worth_it_c)
     lines = edited(sample_session(turns=3).to_bytes(), edits)
-    was = kernel.direct_sha256_c(True)
-    try:
+    with digests(direct=True):
         direct = audited(lines)
-        kernel.direct_sha256_c(False)
+    with digests(direct=False):
         assert audited(lines) == direct
-    finally:
-        kernel.direct_sha256_c(was)
 
 
 DIGIT = st.sampled_from("0123456789")
