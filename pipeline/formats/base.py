@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from pipeline.ledger.kernel import valid_c
+from pipeline.ledger.kernel import pushback_c, valid_c
 from pipeline.ledger.reader import ENTRY_START, MAX_DETAIL_CHARS, Entry, LineStats
 from pipeline.ledger.redact import quote, redact
 from pipeline.ledger.types import Code, Finding, OversizeLine, token_count
@@ -148,6 +148,10 @@ def _detail(text: str) -> str:
     return quote(redact(text), MAX_DETAIL_CHARS)
 
 
+#: An adapter's reading of the lines after a line (:func:`json_lines`' ``run``).
+LineRun = Callable[[Iterator[bytes], int], tuple[int, int]]
+
+
 class Scanned(dict[str, Any]):
     """What an adapter's scan read of a valid line: only the fields it needs, heavy
     values cut down (its payload is parsed from the line's bytes when a stage asks)."""
@@ -157,7 +161,8 @@ class Scanned(dict[str, Any]):
 
 def json_lines(lines: Iterable[bytes], stats: LineStats,
                scan: Callable[[bytes], Scanned | None] | None = None,
-               min_bytes: int = 0) -> Iterator[tuple[int, bytes, dict[str, Any]] | Finding]:
+               min_bytes: int = 0, run: LineRun | None = None,
+               ) -> Iterator[tuple[int, bytes, dict[str, Any]] | Finding]:
     """Parse a transcript's physical lines: ``(line, stored bytes, object)`` per JSON
     object line (the bytes without the newline: an adapter hashes those it needs), a
     finding per line that is not one.
@@ -170,11 +175,24 @@ def json_lines(lines: Iterable[bytes], stats: LineStats,
     :class:`Scanned` object is the line's (valid, read without orjson), ``None`` leaves
     the line to orjson, which decides and says why a bad line is bad. A scan only
     ever accepts lines orjson accepts (docs/formats.md).
+
+    ``run``, when given (and the C kernel built), is called after each object line with
+    a newline as ``run(lines, number)``: it may take the lines that follow off this
+    loop, valid object lines with their newline all, which the adapter reads itself
+    (:func:`pipeline.formats.claude_code.activity_run`), and answers how many it took and
+    their bytes; those lines are counted here, never yielded.
     """
     number = nbytes = 0
     last_terminated = True
     bad: tuple[int, str] | None = None  # the newest bad line: a torn tail if nothing follows
-    for number, raw in enumerate(lines, 1):
+    # With a run, the lines' iterator it gives back the first line it does not take to.
+    it = iter(lines)
+    if run is not None and pushback_c is not None:
+        it = pushback_c(it)
+    else:
+        run = None
+    for raw in it:
+        number += 1
         nbytes += len(raw)
         last_terminated = raw[-1:] == b"\n"
         if bad is not None:
@@ -188,20 +206,21 @@ def json_lines(lines: Iterable[bytes], stats: LineStats,
         # A line that opens an object is not blank: only others pay for a stripped copy.
         if body[:1] != b"{" and not body.strip():
             continue
-        if scan is not None and len(body) >= min_bytes:
-            found = scan(body)
-            if found is not None:
-                yield number, body, found
+        found = scan(body) if scan is not None and len(body) >= min_bytes else None
+        if found is None:
+            try:
+                found = orjson.loads(body)
+            except orjson.JSONDecodeError as err:
+                bad = (number, _detail(f"not valid JSON: {err}"))
                 continue
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError as err:
-            bad = (number, _detail(f"not valid JSON: {err}"))
-            continue
-        if type(obj) is not dict:
-            bad = (number, f"not a JSON object but {type(obj).__name__}")
-            continue
-        yield number, body, obj
+            if type(found) is not dict:
+                bad = (number, f"not a JSON object but {type(found).__name__}")
+                continue
+        yield number, body, found
+        if run is not None and last_terminated:
+            taken, used = run(it, number)
+            number += taken
+            nbytes += used
     stats.lines, stats.bytes = number, nbytes
     if bad is not None:
         yield Finding(Code.TORN_TAIL, bad[0], None, _detail(f"last line unreadable: {bad[1]}"))

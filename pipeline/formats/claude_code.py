@@ -31,11 +31,20 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
+from itertools import chain
 from typing import Any
 
 import simdjson
 
-from pipeline.formats.base import ROOT_ID, Scanned, count, json_lines, root_entry, text
+from pipeline.formats.base import (
+    ROOT_ID,
+    LineRun,
+    Scanned,
+    count,
+    json_lines,
+    root_entry,
+    text,
+)
 from pipeline.ledger import kernel
 from pipeline.ledger.kernel import parse_object
 from pipeline.ledger.layout import CLAUDE_CODE
@@ -259,6 +268,19 @@ def scanner() -> tuple[Callable[[bytes], Scanned | None], int]:
     return scan, SCAN_MIN_BYTES
 
 
+def activity_run(seen: set[str], batch: list[Entry]) -> LineRun | None:
+    """The adapter's activity lines in C (``activity_run`` of the kernel, given to
+    :func:`~pipeline.formats.base.json_lines` as its ``run``) where the C scan is the one
+    in use: the progress lines (two thirds of a transcript's lines) whose entry is read
+    from their uuid, parentUuid (one in ``seen``) and timestamp alone, made into the
+    entries the loop below would make and appended to ``batch``, each uuid added to
+    ``seen``; any other line stays with the loop (docs/formats.md, "Activity lines in
+    one loop"). ``None`` elsewhere."""
+    if kernel.IMPLEMENTATION == "c" and kernel.activity_run_c is not None:
+        return partial(kernel.activity_run_c, seen, batch)
+    return None
+
+
 class ClaudeCode:
     """The Claude Code adapter (:class:`~pipeline.formats.base.TranscriptFormat`)."""
 
@@ -286,7 +308,17 @@ class ClaudeCode:
         previous = ROOT_ID
         last: bytes | None = None  # the newest entry's stored bytes
         first = True
-        for item in json_lines(lines, stats, *scanner()):
+        batch: list[Entry] = []  # what the run took after the line before
+        run = activity_run(seen, batch)
+        # None ends the lines: the run's last batch is yielded at the top of the loop too.
+        for item in chain(json_lines(lines, stats, *scanner(), run), (None,)):
+            if batch:
+                yield from batch
+                payload: Any = tuple.__getitem__(batch[-1], 8)  # a lazy entry's, unparsed
+                previous, last = batch[-1].id, payload.body
+                batch.clear()
+            if item is None:
+                break
             if isinstance(item, Finding):
                 yield item
                 continue

@@ -938,7 +938,7 @@ static Py_ssize_t cc_scalar_lens[CC_NSCALARS];
 static PyObject *cc_scalar_keys[CC_NSCALARS];
 static PyObject *empty_args = NULL;
 static PyObject *s_model = NULL, *s_id = NULL, *s_usage = NULL, *s_data = NULL;
-enum { CC_TYPE = 8 };
+enum { CC_UUID = 0, CC_PARENT = 1, CC_TIMESTAMP = 7, CC_TYPE = 8 };
 
 typedef struct {
     Msg *msg;
@@ -1150,6 +1150,22 @@ fail:
     return NULL;
 }
 
+/* Read a line (an object alone) into `l`, its message's blocks into `msg` (initialised
+ * by the caller, who frees it): 1 when the scan reads the line (valid, no repeated key
+ * where keys are read, no subagent named by a toolUseResult), 0 when it is left to
+ * orjson, -1 with an error set (the blocks' allocation failed). */
+static int
+cc_parse(const u8 *buf, Py_ssize_t size, CcLine *l, Msg *msg)
+{
+    memset(l, 0, sizeof(*l));
+    l->m.msg = msg;
+    Cur c = {buf, buf + size, 0};
+    int dup = 0;
+    int ok = parse_keyed_object(&c, cc_line_member, l, &dup) == 0 && c.p == c.end && !dup
+             && !l->message_dup && !l->data_dup && !l->agent;
+    return PyErr_Occurred() ? -1 : ok;
+}
+
 static PyObject *
 scan_transcript_impl(PyObject *result_type, const u8 *buf, Py_ssize_t size)
 {
@@ -1159,14 +1175,10 @@ scan_transcript_impl(PyObject *result_type, const u8 *buf, Py_ssize_t size)
     Msg msg;
     msg_init(&msg);
     CcLine l;
-    memset(&l, 0, sizeof(l));
-    l.m.msg = &msg;
-    Cur c = {buf, buf + size, 0};
-    int dup = 0, defer = 0;
+    int defer = 0;
     PyObject *out = NULL;
-    int ok = parse_keyed_object(&c, cc_line_member, &l, &dup) == 0 && c.p == c.end && !dup
-             && !l.message_dup && !l.data_dup && !l.agent;
-    if (PyErr_Occurred()) { /* the blocks' allocation failed */
+    int ok = cc_parse(buf, size, &l, &msg);
+    if (ok < 0) {
         goto done;
     }
     if (!ok) {
@@ -2915,6 +2927,196 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* A Claude Code transcript's activity lines in one loop (pipeline/formats/claude_code.py,
+ * ClaudeCode.read; docs/formats.md, "Activity lines in one loop"):
+ *
+ *     activity_run(seen, batch, lines, number) -> (taken, nbytes)
+ *
+ * takes the lines that follow line `number` from `lines` (pushback()'s) while each is
+ * one the adapter would read through scan_transcript() into an activity entry without
+ * looking at anything but its uuid, parentUuid and timestamp: a whole line (with its
+ * newline; not an OversizeLine) that scan_transcript() reads (none of its plain values
+ * deferred), of type "progress", with no message, data that is not a subagent's copy
+ * (agent_progress), a non-empty uuid and a parentUuid already in `seen` (so neither the
+ * logical parent nor the sidechain rule applies), all three unescaped strings (the
+ * timestamp may be absent, or any plain value: ""). Each becomes
+ * lazy(number, uuid, parentUuid, "activity", timestamp, "", body, None), appended to
+ * `batch`, its uuid added to `seen`; the first line not taken is pushed back. Before
+ * the adapter has read its first entry (`seen` holds the root alone) nothing is taken:
+ * that entry names the session. */
+
+static PyObject *s_activity = NULL;
+
+/* Whether cc_plain() reads a value (rather than deferring it). */
+static inline int
+plain_ok(const Val *v)
+{
+    switch (v->type) {
+    case T_STR:
+        return !v->esc;
+    case T_NULL:
+    case T_OBJ:
+    case T_ARR:
+        return 1;
+    case T_OTHER:
+        return *v->start == 't' || *v->start == 'f';
+    }
+    return 0;
+}
+
+static inline int
+str_is(const Val *v, const char *lit, Py_ssize_t n)
+{
+    return v->type == T_STR && !v->esc && v->n == n && memcmp(v->s, lit, n) == 0;
+}
+
+/* Whether `needle` occurs in buf[0..n): a line without `"type":"progress"` in it is
+ * no progress line, told without parsing it (a line written otherwise, with spaces,
+ * is only left to the adapter's own loop). */
+static inline int
+holds(const u8 *buf, Py_ssize_t n, const char *needle, Py_ssize_t m)
+{
+#ifdef _GNU_SOURCE
+    return memmem(buf, (size_t)n, needle, (size_t)m) != NULL;
+#else
+    for (const u8 *p = buf; n - (p - buf) >= m; p++) {
+        p = memchr(p, needle[0], (size_t)(n - (p - buf) - m + 1));
+        if (!p) {
+            return 0;
+        }
+        if (memcmp(p, needle, (size_t)m) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+#endif
+}
+
+/* The activity entry of one line (`buf`: without its newline), Py_None when the line is
+ * not one activity_run() takes, NULL with an error set. */
+static PyObject *
+cc_activity(PyObject *seen, const u8 *buf, Py_ssize_t size, long long number)
+{
+    static const char progress[] = "\"type\":\"progress\"";
+    if (!object_alone(buf, size) || !holds(buf, size, progress, sizeof(progress) - 1)) {
+        Py_RETURN_NONE;
+    }
+    Msg msg;
+    msg_init(&msg);
+    CcLine l;
+    PyObject *result = NULL, *uuid = NULL, *parent = NULL, *ts = NULL, *body = NULL,
+             *line = NULL;
+    int ok = cc_parse(buf, size, &l, &msg);
+    if (ok < 0) {
+        goto done;
+    }
+    const unsigned needed = (1u << CC_UUID) | (1u << CC_PARENT) | (1u << CC_TYPE);
+    const Val *id = &l.scalars[CC_UUID], *up = &l.scalars[CC_PARENT];
+    if (!ok || (l.seen & needed) != needed || l.message.type != T_ABSENT
+        || !str_is(&l.scalars[CC_TYPE], "progress", 8)
+        || id->type != T_STR || id->esc || id->n == 0 || up->type != T_STR || up->esc) {
+        goto not_taken;
+    }
+    for (int i = 0; i < l.nscalars; i++) {
+        if (!plain_ok(&l.scalars[l.order[i]])) {
+            goto not_taken; /* the scan would leave the line to orjson */
+        }
+    }
+    if (l.data.type == T_OBJ
+        ? l.data_type.type != T_ABSENT
+              && (!plain_ok(&l.data_type) || str_is(&l.data_type, "agent_progress", 14))
+        : l.data.type != T_ABSENT && !plain_ok(&l.data)) {
+        goto not_taken;
+    }
+    parent = str_of(up);
+    if (!parent) {
+        goto done;
+    }
+    int known = PySet_Contains(seen, parent);
+    if (known < 0) {
+        goto done;
+    }
+    if (!known) {
+        goto not_taken;
+    }
+    const Val *t = &l.scalars[CC_TIMESTAMP];
+    uuid = str_of(id);
+    ts = (l.seen & (1u << CC_TIMESTAMP)) && t->type == T_STR ? str_of(t) : Py_NewRef(s_empty);
+    body = PyBytes_FromStringAndSize((const char *)buf, size);
+    line = PyLong_FromLongLong(number);
+    if (!uuid || !ts || !body || !line) {
+        goto done;
+    }
+    PyObject *args[8] = {line, uuid, parent, s_activity, ts, s_empty, body, Py_None};
+    result = ckernel_lazy(NULL, args, 8);
+    if (result && PySet_Add(seen, uuid) < 0) {
+        Py_CLEAR(result);
+    }
+    goto done;
+not_taken:
+    result = Py_NewRef(Py_None);
+done:
+    msg_free(&msg);
+    Py_XDECREF(uuid);
+    Py_XDECREF(parent);
+    Py_XDECREF(ts);
+    Py_XDECREF(body);
+    Py_XDECREF(line);
+    return result;
+}
+
+static PyObject *
+ckernel_activity_run(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PySet_CheckExact(args[0]) || !PyList_CheckExact(args[1])
+        || !Py_IS_TYPE(args[2], &LinesType) || !PyLong_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "activity_run() wants seen (a set), batch (a list), pushback lines "
+                        "and a line number");
+        return NULL;
+    }
+    if (!entry_type) {
+        PyErr_SetString(PyExc_RuntimeError, "activity_run() before configure()");
+        return NULL;
+    }
+    PyObject *seen = args[0], *batch = args[1];
+    LinesObject *lines = (LinesObject *)args[2];
+    long long number = PyLong_AsLongLong(args[3]);
+    if (number == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    long long taken = 0, nbytes = 0;
+    while (PySet_GET_SIZE(seen) >= 2) {
+        PyObject *raw = lines_next(lines);
+        if (!raw) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            break;
+        }
+        Py_ssize_t size = PyBytes_CheckExact(raw) ? PyBytes_GET_SIZE(raw) : 0;
+        const u8 *buf = (const u8 *)(size ? PyBytes_AS_STRING(raw) : "");
+        PyObject *entry = size >= 2 && buf[size - 1] == '\n'
+                          ? cc_activity(seen, buf, size - 1, number + taken + 1)
+                          : Py_NewRef(Py_None);
+        if (entry == Py_None) {
+            Py_DECREF(entry);
+            lines->pushed = raw; /* the adapter's loop reads it next */
+            break;
+        }
+        int failed = !entry || PyList_Append(batch, entry);
+        Py_XDECREF(entry);
+        Py_DECREF(raw);
+        if (failed) {
+            return NULL;
+        }
+        taken++;
+        nbytes += size;
+    }
+    return Py_BuildValue("(LL)", taken, nbytes);
+}
+
 static PyObject *
 ckernel_valid(PyObject *Py_UNUSED(module), PyObject *body)
 {
@@ -3008,6 +3210,9 @@ static PyMethodDef ckernel_methods[] = {
     {"run", (PyCFunction)(void (*)(void))ckernel_run, METH_FASTCALL,
      "run(by_id, nodes, slow_add, info, findings, last, lines, number, prev) -> (taken, "
      "nbytes, prev): the audit's common lines after line number, in one loop."},
+    {"activity_run", (PyCFunction)(void (*)(void))ckernel_activity_run, METH_FASTCALL,
+     "activity_run(seen, batch, lines, number) -> (taken, nbytes): a Claude Code "
+     "transcript's activity lines after line number, in one loop."},
     {"scan", ckernel_scan, METH_O,
      "scan(body: bytes) -> tuple | None: validate a line, read its envelope "
      "(pipeline/ledger/kernel.py's contract)."},
@@ -3120,7 +3325,8 @@ PyInit__ckernel(void)
     s_abandoned = PyUnicode_InternFromString("abandoned");
     s_retry = PyUnicode_InternFromString("retry");
     s_empty = PyUnicode_InternFromString("");
-    if (!s_mirror || !s_attempt || !s_abandoned || !s_retry || !s_empty) {
+    s_activity = PyUnicode_InternFromString("activity");
+    if (!s_mirror || !s_attempt || !s_abandoned || !s_retry || !s_empty || !s_activity) {
         return NULL;
     }
     for (int i = 0; i < CC_NSCALARS; i++) {

@@ -35,9 +35,9 @@ from typing import Any
 
 import simdjson
 
-__all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS", "any_in_c",
-           "chained_c", "configure_c", "configure_info_c", "configure_tree_c",
-           "direct_sha256_c", "entry_c", "figures_c", "lazy_c", "node_info_c",
+__all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS",
+           "activity_run_c", "any_in_c", "chained_c", "configure_c", "configure_info_c",
+           "configure_tree_c", "direct_sha256_c", "entry_c", "figures_c", "lazy_c", "node_info_c",
            "parse_object", "pushback_c", "run_c", "scan", "scan_c", "scan_simdjson",
            "scan_transcript_c", "sha256_hex_c", "tree_add_c", "usage_rows_c", "use",
            "valid_c", "worth_it", "worth_it_c", "worth_it_simdjson"]
@@ -246,6 +246,10 @@ usage_rows_c: Callable[..., list[tuple[Any, ...]] | None] | None
 #: ``None``.
 run_c: Callable[..., tuple[int, int, str]] | None
 pushback_c: Callable[[Iterable[bytes]], Iterator[bytes]] | None
+#: A Claude Code transcript's activity lines in one loop (``activity_run_c(seen, batch,
+#: lines, number)``: pipeline/formats/claude_code.py's ``activity_run``), over the lines
+#: of ``pushback_c(lines)`` as ``run_c``; or ``None``.
+activity_run_c: Callable[[set[str], list[Any], Iterator[bytes], int], tuple[int, int]] | None
 #: Whether the C kernel's grammar takes a line as one JSON value (``valid_c(body)``: it
 #: takes only what orjson takes, and defers some of that), or ``None``.
 valid_c: Callable[[bytes], bool] | None
@@ -263,6 +267,7 @@ configure_c: Callable[[type[Any], type[Any], Callable[[bytes], Any], type[Any]],
 #: guard), or ``None``.
 any_in_c: Callable[[str, bytes], bool] | None
 try:
+    from pipeline.ledger._ckernel import activity_run as activity_run_c
     from pipeline.ledger._ckernel import any_in as any_in_c
     from pipeline.ledger._ckernel import chained as chained_c
     from pipeline.ledger._ckernel import configure as configure_c
@@ -286,7 +291,7 @@ except ImportError:  # not built here (no compiler at install): simdjson stands 
     scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = None
     any_in_c = chained_c = valid_c = tree_add_c = configure_tree_c = None
     node_info_c = configure_info_c = run_c = pushback_c = direct_sha256_c = sha256_hex_c = None
-    figures_c = usage_rows_c = None
+    figures_c = usage_rows_c = activity_run_c = None
 
 
 def _scan_none(body: bytes) -> None:
