@@ -185,7 +185,8 @@ def json_lines(lines: Iterable[bytes], stats: LineStats,
     number = nbytes = 0
     last_terminated = True
     bad: tuple[int, str] | None = None  # the newest bad line: a torn tail if nothing follows
-    # With a run, the lines' iterator it gives back the first line it does not take to.
+    # With a run, the lines come through the kernel's pushback iterator, to which the
+    # run gives back the first line it does not take.
     it = iter(lines)
     if run is not None and pushback_c is not None:
         it = pushback_c(it)
