@@ -118,7 +118,7 @@ def _mirrored_request(obj: dict[str, Any]) -> dict[str, Any] | None:
     return {"message": {"role": "assistant", "content": []}, "meta": meta}
 
 
-def _kind_data(obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _kind_data_py(obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The entry kind and data of a parsed line (no side effects)."""
     kind = obj.get("type")
     message = obj.get("message")
@@ -142,6 +142,15 @@ def _kind_data(obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     elif kind == "system" and obj.get("subtype") == "compact_boundary":
         return "compaction", obj
     return "activity", obj
+
+
+#: :func:`_kind_data_py`, with the message lines' (a user's or an assistant's, the ones
+#: that are not activity) built in C where the kernel built (``kind_data``: the same
+#: data, a test holds the two alike; every other line is handed to the Python).
+_kind_data: Callable[[dict[str, Any]], tuple[str, dict[str, Any]]] = _kind_data_py
+if kernel.kind_data_c is not None and kernel.configure_kind_data_c is not None:
+    kernel.configure_kind_data_c(_kind_data_py, SYNTHETIC_MODEL)
+    _kind_data = kernel.kind_data_c
 
 
 def _message_data(obj: dict[str, Any]) -> dict[str, Any]:

@@ -3117,6 +3117,228 @@ ckernel_activity_run(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
     return Py_BuildValue("(LL)", taken, nbytes);
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* A Claude Code line's entry kind and data (pipeline/formats/claude_code.py's
+ * `_kind_data_py`, which it is held to), for its message lines:
+ *
+ *     configure_kind_data(fallback, synthetic_model)
+ *     kind_data(obj) -> (kind, data)
+ *
+ * A user or assistant line (its type an exact str, its message an exact dict) gets
+ * ("message", {"message": {"role": type, "content": blocks}, "meta": meta}) built here:
+ * blocks as _blocks() makes them, meta as _request_meta() (an assistant's: usage, the
+ * one-hour cache writes, model, request key; {} for the synthetic model) or the user's
+ * control tag. Any other line is fallback(obj)'s, the Python function. */
+
+static PyObject *kind_fallback = NULL, *synthetic_model = NULL;
+static PyObject *s_user = NULL, *s_assistant = NULL, *s_text = NULL, *s_none = NULL,
+                *s_write_1h = NULL, *s_request_key = NULL, *s_cache_creation = NULL,
+                *s_hour = NULL, *s_compact_summary = NULL;
+enum { CC_REQUEST_ID = 9, CC_IS_META = 10, CC_IS_COMPACT_SUMMARY = 11 };
+
+static PyObject *
+ckernel_configure_kind_data(PyObject *Py_UNUSED(module), PyObject *const *args,
+                            Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyCallable_Check(args[0]) || !PyUnicode_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "configure_kind_data() wants the Python kind_data "
+                                         "and the synthetic model's name");
+        return NULL;
+    }
+    Py_XSETREF(kind_fallback, Py_NewRef(args[0]));
+    Py_XSETREF(synthetic_model, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
+/* d.get(key) as a borrowed reference (NULL: absent, or an error set). */
+static inline PyObject *
+get(PyObject *d, PyObject *key)
+{
+    return PyDict_GetItemWithError(d, key);
+}
+
+/* count(): a token count, else 0 (a new reference). */
+static PyObject *
+token_or_zero(PyObject *v)
+{
+    if (v && PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (!overflow && n >= 0) {
+            return Py_NewRef(v);
+        }
+    }
+    return Py_NewRef(zero_count);
+}
+
+/* text(): a non-empty exact str, else NULL (None). Borrowed. */
+static inline PyObject *
+text_of(PyObject *v)
+{
+    return v && PyUnicode_CheckExact(v) && PyUnicode_GET_LENGTH(v) ? v : NULL;
+}
+
+/* _usage(usage): the four counts, or None when usage is not a dict. */
+static PyObject *
+usage_counts(PyObject *usage)
+{
+    if (!usage || !PyDict_CheckExact(usage)) {
+        return Py_NewRef(Py_None);
+    }
+    PyObject *out = PyDict_New();
+    for (int i = 0; out && i < 4; i++) {
+        PyObject *v = get(usage, usage_keys[i]);
+        if (!v && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyObject *n = token_or_zero(v);
+        if (PyDict_SetItem(out, usage_keys[i], n) < 0) {
+            Py_CLEAR(out);
+        }
+        Py_DECREF(n);
+    }
+    return out;
+}
+
+/* _hour_writes(usage): min(the one-hour writes, all the cache writes), or None. */
+static PyObject *
+hour_writes(PyObject *usage)
+{
+    PyObject *creation = usage && PyDict_CheckExact(usage) ? get(usage, s_cache_creation)
+                                                             : NULL;
+    if (!creation || !PyDict_CheckExact(creation)) {
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    }
+    PyObject *h = get(creation, s_hour);
+    PyObject *c = h || !PyErr_Occurred() ? get(usage, usage_keys[3]) : NULL;
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *hour = token_or_zero(h), *all = token_or_zero(c);
+    /* min() keeps the first of equals: the hour's */
+    int less = PyLong_AsLongLong(all) < PyLong_AsLongLong(hour);
+    Py_DECREF(less ? hour : all);
+    return less ? all : hour;
+}
+
+/* _request_meta(line, message). */
+static PyObject *
+request_meta(PyObject *line, PyObject *message)
+{
+    PyObject *model = get(message, s_model);
+    if (!model && PyErr_Occurred()) {
+        return NULL;
+    }
+    model = text_of(model);
+    if (model && PyUnicode_Compare(model, synthetic_model) == 0) {
+        return PyDict_New();
+    }
+    PyObject *usage = get(message, s_usage);
+    PyObject *id = usage || !PyErr_Occurred() ? get(message, s_id) : NULL;
+    PyObject *rid = id || !PyErr_Occurred() ? get(line, cc_scalar_keys[CC_REQUEST_ID]) : NULL;
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *id_text = text_of(id), *rid_text = text_of(rid);
+    PyObject *key = PyUnicode_FromFormat("%U:%U", id_text ? id_text : s_none,
+                                         rid_text ? rid_text : s_none);
+    PyObject *counts = key ? usage_counts(usage) : NULL;
+    PyObject *hour = counts ? hour_writes(usage) : NULL;
+    PyObject *meta = hour ? PyDict_New() : NULL;
+    if (meta && (PyDict_SetItem(meta, s_usage, counts) < 0
+                 || PyDict_SetItem(meta, s_write_1h, hour) < 0
+                 || PyDict_SetItem(meta, s_model, model ? model : Py_None) < 0
+                 || PyDict_SetItem(meta, s_request_key, key) < 0)) {
+        Py_CLEAR(meta);
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(counts);
+    Py_XDECREF(hour);
+    return meta;
+}
+
+/* _blocks(content). */
+static PyObject *
+content_blocks(PyObject *content)
+{
+    if (content && PyUnicode_CheckExact(content)) {
+        PyObject *block = PyDict_New();
+        if (!block || PyDict_SetItem(block, s_type, s_text) < 0
+            || PyDict_SetItem(block, s_text, content) < 0) {
+            Py_XDECREF(block);
+            return NULL;
+        }
+        PyObject *blocks = PyList_New(1);
+        if (!blocks) {
+            Py_DECREF(block);
+            return NULL;
+        }
+        PyList_SET_ITEM(blocks, 0, block);
+        return blocks;
+    }
+    return content && PyList_CheckExact(content) ? Py_NewRef(content) : PyList_New(0);
+}
+
+static PyObject *
+ckernel_kind_data(PyObject *Py_UNUSED(module), PyObject *obj)
+{
+    if (!kind_fallback) {
+        PyErr_SetString(PyExc_RuntimeError, "kind_data() before configure_kind_data()");
+        return NULL;
+    }
+    if (!PyDict_Check(obj)) {
+        return PyObject_CallOneArg(kind_fallback, obj);
+    }
+    PyObject *kind = get(obj, s_type);
+    PyObject *message = kind || !PyErr_Occurred() ? get(obj, s_message) : NULL;
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    int user = 0, assistant = 0;
+    if (kind && PyUnicode_CheckExact(kind) && message && PyDict_CheckExact(message)) {
+        user = PyUnicode_Compare(kind, s_user) == 0;
+        assistant = !user && PyUnicode_Compare(kind, s_assistant) == 0;
+    }
+    if (!user && !assistant) {
+        return PyObject_CallOneArg(kind_fallback, obj);
+    }
+    PyObject *meta = NULL;
+    if (assistant) {
+        meta = request_meta(obj, message);
+    }
+    else {
+        PyObject *is_meta = get(obj, cc_scalar_keys[CC_IS_META]);
+        PyObject *summary = is_meta == Py_True || PyErr_Occurred()
+                            ? NULL : get(obj, cc_scalar_keys[CC_IS_COMPACT_SUMMARY]);
+        meta = PyErr_Occurred() ? NULL : PyDict_New();
+        if (meta && (is_meta == Py_True || summary == Py_True)
+            && PyDict_SetItem(meta, s_control,
+                              is_meta == Py_True ? s_meta : s_compact_summary) < 0) {
+            Py_CLEAR(meta);
+        }
+    }
+    if (!meta) {
+        return NULL;
+    }
+    PyObject *content = get(message, s_content);
+    PyObject *blocks = content || !PyErr_Occurred() ? content_blocks(content) : NULL;
+    PyObject *view = blocks ? PyDict_New() : NULL;
+    PyObject *data = view ? PyDict_New() : NULL;
+    PyObject *result = NULL;
+    if (data && PyDict_SetItem(view, s_role, kind) == 0
+        && PyDict_SetItem(view, s_content, blocks) == 0
+        && PyDict_SetItem(data, s_message, view) == 0
+        && PyDict_SetItem(data, s_meta, meta) == 0) {
+        result = PyTuple_Pack(2, s_message, data);
+    }
+    Py_DECREF(meta);
+    Py_XDECREF(blocks);
+    Py_XDECREF(view);
+    Py_XDECREF(data);
+    return result;
+}
+
 static PyObject *
 ckernel_valid(PyObject *Py_UNUSED(module), PyObject *body)
 {
@@ -3213,6 +3435,13 @@ static PyMethodDef ckernel_methods[] = {
     {"activity_run", (PyCFunction)(void (*)(void))ckernel_activity_run, METH_FASTCALL,
      "activity_run(seen, batch, lines, number) -> (taken, nbytes): a Claude Code "
      "transcript's activity lines after line number, in one loop."},
+    {"configure_kind_data", (PyCFunction)(void (*)(void))ckernel_configure_kind_data,
+     METH_FASTCALL,
+     "configure_kind_data(fallback, synthetic_model): kind_data()'s Python function for "
+     "the lines it does not build, and the synthetic model's name."},
+    {"kind_data", ckernel_kind_data, METH_O,
+     "kind_data(obj) -> (kind, data): a Claude Code line's entry kind and data "
+     "(claude_code._kind_data_py's), its message lines built in C."},
     {"scan", ckernel_scan, METH_O,
      "scan(body: bytes) -> tuple | None: validate a line, read its envelope "
      "(pipeline/ledger/kernel.py's contract)."},
@@ -3327,6 +3556,19 @@ PyInit__ckernel(void)
     s_empty = PyUnicode_InternFromString("");
     s_activity = PyUnicode_InternFromString("activity");
     if (!s_mirror || !s_attempt || !s_abandoned || !s_retry || !s_empty || !s_activity) {
+        return NULL;
+    }
+    s_user = PyUnicode_InternFromString("user");
+    s_assistant = PyUnicode_InternFromString("assistant");
+    s_text = PyUnicode_InternFromString("text");
+    s_none = PyUnicode_InternFromString("None");
+    s_write_1h = PyUnicode_InternFromString("write_1h");
+    s_request_key = PyUnicode_InternFromString("request_key");
+    s_cache_creation = PyUnicode_InternFromString("cache_creation");
+    s_hour = PyUnicode_InternFromString("ephemeral_1h_input_tokens");
+    s_compact_summary = PyUnicode_InternFromString("compact_summary");
+    if (!s_user || !s_assistant || !s_text || !s_none || !s_write_1h || !s_request_key
+        || !s_cache_creation || !s_hour || !s_compact_summary) {
         return NULL;
     }
     for (int i = 0; i < CC_NSCALARS; i++) {

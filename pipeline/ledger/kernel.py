@@ -37,7 +37,8 @@ import simdjson
 
 __all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS",
            "activity_run_c", "any_in_c", "chained_c", "configure_c", "configure_info_c",
-           "configure_tree_c", "direct_sha256_c", "entry_c", "figures_c", "lazy_c", "node_info_c",
+           "configure_kind_data_c", "configure_tree_c", "direct_sha256_c", "entry_c",
+           "figures_c", "kind_data_c", "lazy_c", "node_info_c",
            "parse_object", "pushback_c", "run_c", "scan", "scan_c", "scan_simdjson",
            "scan_transcript_c", "sha256_hex_c", "tree_add_c", "usage_rows_c", "use",
            "valid_c", "worth_it", "worth_it_c", "worth_it_simdjson"]
@@ -250,6 +251,12 @@ pushback_c: Callable[[Iterable[bytes]], Iterator[bytes]] | None
 #: lines, number)``: pipeline/formats/claude_code.py's ``activity_run``), over the lines
 #: of ``pushback_c(lines)`` as ``run_c``; or ``None``.
 activity_run_c: Callable[[set[str], list[Any], Iterator[bytes], int], tuple[int, int]] | None
+#: A Claude Code line's entry kind and data (``kind_data_c(obj)``: claude_code.py's
+#: ``_kind_data_py``, its message lines built in C; ``configure_kind_data_c`` gives it that
+#: function for the others and the synthetic model's name), or ``None``.
+kind_data_c: Callable[[dict[str, Any]], tuple[str, dict[str, Any]]] | None
+configure_kind_data_c: Callable[[Callable[[dict[str, Any]], tuple[str, dict[str, Any]]], str],
+                                None] | None
 #: Whether the C kernel's grammar takes a line as one JSON value (``valid_c(body)``: it
 #: takes only what orjson takes, and defers some of that), or ``None``.
 valid_c: Callable[[bytes], bool] | None
@@ -272,10 +279,12 @@ try:
     from pipeline.ledger._ckernel import chained as chained_c
     from pipeline.ledger._ckernel import configure as configure_c
     from pipeline.ledger._ckernel import configure_info as configure_info_c
+    from pipeline.ledger._ckernel import configure_kind_data as configure_kind_data_c
     from pipeline.ledger._ckernel import configure_tree as configure_tree_c
     from pipeline.ledger._ckernel import direct_sha256 as direct_sha256_c
     from pipeline.ledger._ckernel import entry as entry_c
     from pipeline.ledger._ckernel import figures as figures_c
+    from pipeline.ledger._ckernel import kind_data as kind_data_c
     from pipeline.ledger._ckernel import lazy as lazy_c
     from pipeline.ledger._ckernel import node_info as node_info_c
     from pipeline.ledger._ckernel import pushback as pushback_c
@@ -291,7 +300,7 @@ except ImportError:  # not built here (no compiler at install): simdjson stands 
     scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = None
     any_in_c = chained_c = valid_c = tree_add_c = configure_tree_c = None
     node_info_c = configure_info_c = run_c = pushback_c = direct_sha256_c = sha256_hex_c = None
-    figures_c = usage_rows_c = activity_run_c = None
+    figures_c = usage_rows_c = activity_run_c = kind_data_c = configure_kind_data_c = None
 
 
 def _scan_none(body: bytes) -> None:

@@ -1,8 +1,8 @@
 """The Claude Code adapter's short paths (issue 21): a ``progress`` line goes to its
-activity entry without :func:`~pipeline.formats.claude_code._kind_data`, and a usage
+activity entry without :func:`~pipeline.formats.claude_code._kind_data_py`, and a usage
 object's counts are read without a call per field. Both must read every line as the
 general path does: the kind and data of each entry are compared with what
-``_kind_data`` makes of the same line, on hand-picked and fuzzed progress lines, and the
+``_kind_data_py`` makes of the same line, on hand-picked and fuzzed progress lines, and the
 inlined usage read with :func:`~pipeline.formats.base.count` field by field.
 """
 
@@ -33,12 +33,12 @@ def progress(n: int, data: Any, **extra: Any) -> bytes:
 
 
 def assert_kinds_as_general_path(lines: list[bytes]) -> None:
-    """Every entry's kind and data are what ``_kind_data`` gives for its line."""
+    """Every entry's kind and data are what ``_kind_data_py`` gives for its line."""
     items = list(cc.ClaudeCode().read(iter(lines), LineStats(), {}))
     entries = [i for i in items if isinstance(i, Entry) and i.kind != "header"]
     assert len(entries) == len(lines)
     for entry, raw in zip(entries, lines, strict=True):
-        kind, data = cc._kind_data(orjson.loads(raw))
+        kind, data = cc._kind_data_py(orjson.loads(raw))
         assert (entry.kind, entry.data) == (kind, data)
 
 
