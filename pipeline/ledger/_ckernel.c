@@ -1033,33 +1033,43 @@ cc_line_member(Cur *c, const Val *key, void *ctx)
     return parse_value(c, &v);
 }
 
+/* Whether a value is plain: one cc_plain() reads rather than leaves to orjson (a number,
+ * an escaped string). */
+static inline int
+plain_ok(const Val *v)
+{
+    switch (v->type) {
+    case T_STR:
+        return !v->esc;
+    case T_NULL:
+    case T_OBJ:
+    case T_ARR:
+        return 1;
+    case T_OTHER:
+        return *v->start == 't' || *v->start == 'f';
+    }
+    return 0;
+}
+
 /* A plain value as orjson gives it (a new reference), the opaque () for an object or
  * an array, NULL with *defer set for what is left to orjson (a number, an escape). */
 static PyObject *
 cc_plain(const Val *v, int *defer)
 {
+    if (!plain_ok(v)) {
+        *defer = 1;
+        return NULL;
+    }
     switch (v->type) {
     case T_STR:
-        if (v->esc) {
-            break;
-        }
         return str_of(v);
-    case T_NULL:
-        return Py_NewRef(Py_None);
     case T_OBJ:
     case T_ARR:
         return PyTuple_New(0);
     case T_OTHER:
-        if (*v->start == 't') {
-            return Py_NewRef(Py_True);
-        }
-        if (*v->start == 'f') {
-            return Py_NewRef(Py_False);
-        }
-        break;
+        return Py_NewRef(*v->start == 't' ? Py_True : Py_False);
     }
-    *defer = 1;
-    return NULL;
+    return Py_NewRef(Py_None); /* T_NULL */
 }
 
 /* Set out[key] = value, stealing value; -1 on an error or a deferral (value NULL). */
@@ -2947,23 +2957,6 @@ fail:
  * that entry names the session. */
 
 static PyObject *s_activity = NULL;
-
-/* Whether cc_plain() reads a value (rather than deferring it). */
-static inline int
-plain_ok(const Val *v)
-{
-    switch (v->type) {
-    case T_STR:
-        return !v->esc;
-    case T_NULL:
-    case T_OBJ:
-    case T_ARR:
-        return 1;
-    case T_OTHER:
-        return *v->start == 't' || *v->start == 'f';
-    }
-    return 0;
-}
 
 static inline int
 str_is(const Val *v, const char *lit, Py_ssize_t n)
