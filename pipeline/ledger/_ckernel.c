@@ -530,6 +530,8 @@ parse_keyed_object(Cur *c, member_fn member, void *ctx, int *dup)
 
 #define KEY_IS(k, lit) ((k)->n == (Py_ssize_t)(sizeof(lit) - 1) \
                         && memcmp((k)->s, lit, sizeof(lit) - 1) == 0)
+/* Whether a value is the string `lit`, unescaped (so its stored bytes are the text). */
+#define STR_IS(v, lit) ((v)->type == T_STR && !(v)->esc && KEY_IS(v, lit))
 
 static int
 block_member(Cur *c, const Val *key, void *ctx)
@@ -1226,7 +1228,7 @@ scan_transcript_impl(PyObject *result_type, const u8 *buf, Py_ssize_t size)
     }
     if (l.message.type == T_OBJ) {
         const Val *t = &l.scalars[CC_TYPE];
-        int user = t->type == T_STR && !t->esc && t->n == 4 && memcmp(t->s, "user", 4) == 0;
+        int user = STR_IS(t, "user");
         if (cc_set(out, s_message, cc_message(&l, user, &defer))) {
             Py_XDECREF(data_type);
             goto done_or_defer;
@@ -2958,12 +2960,6 @@ fail:
 
 static PyObject *s_activity = NULL;
 
-static inline int
-str_is(const Val *v, const char *lit, Py_ssize_t n)
-{
-    return v->type == T_STR && !v->esc && v->n == n && memcmp(v->s, lit, n) == 0;
-}
-
 /* Whether `needle` occurs in buf[0..n): a line without `"type":"progress"` in it is
  * no progress line, told without parsing it (a line written otherwise, with spaces,
  * is only left to the adapter's own loop). */
@@ -3007,7 +3003,7 @@ cc_activity(PyObject *seen, const u8 *buf, Py_ssize_t size, long long number)
     const unsigned needed = (1u << CC_UUID) | (1u << CC_PARENT) | (1u << CC_TYPE);
     const Val *id = &l.scalars[CC_UUID], *up = &l.scalars[CC_PARENT];
     if (!ok || (l.seen & needed) != needed || l.message.type != T_ABSENT
-        || !str_is(&l.scalars[CC_TYPE], "progress", 8)
+        || !STR_IS(&l.scalars[CC_TYPE], "progress")
         || id->type != T_STR || id->esc || id->n == 0 || up->type != T_STR || up->esc) {
         goto not_taken;
     }
@@ -3018,7 +3014,7 @@ cc_activity(PyObject *seen, const u8 *buf, Py_ssize_t size, long long number)
     }
     if (l.data.type == T_OBJ
         ? l.data_type.type != T_ABSENT
-              && (!plain_ok(&l.data_type) || str_is(&l.data_type, "agent_progress", 14))
+              && (!plain_ok(&l.data_type) || STR_IS(&l.data_type, "agent_progress"))
         : l.data.type != T_ABSENT && !plain_ok(&l.data)) {
         goto not_taken;
     }
@@ -3150,18 +3146,11 @@ get(PyObject *d, PyObject *key)
     return PyDict_GetItemWithError(d, key);
 }
 
-/* count(): a token count, else 0 (a new reference). */
+/* count(): a token count (count_ok's, null aside), else 0 (a new reference). */
 static PyObject *
 token_or_zero(PyObject *v)
 {
-    if (v && PyLong_CheckExact(v)) {
-        int overflow = 0;
-        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (!overflow && n >= 0) {
-            return Py_NewRef(v);
-        }
-    }
-    return Py_NewRef(zero_count);
+    return Py_NewRef(v && v != Py_None && count_ok(v) ? v : zero_count);
 }
 
 /* text(): a non-empty exact str, else NULL (None). Borrowed. */
