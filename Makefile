@@ -18,7 +18,7 @@ COMPILE := $(BIN)/python -m compileall -q pipeline jobs
 CHECKOV_VERSION := 3.3.30
 CHECKOV := $(VENV)/checkov/bin/checkov
 
-.PHONY: demo test lint typecheck conformance bench deploy-check lock clean
+.PHONY: demo test lint typecheck conformance bench sanitize deploy-check lock clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,13 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python bench/audit_throughput.py
 
 ## deploy-check: only the offline checks of deploy/ and infra/ (part of `make test`)
+# The C kernel built under AddressSanitizer and UndefinedBehaviorSanitizer, its tests and
+# SANITIZE_SECONDS of mutated archives (docs/audit.md, "Memory safety"). Not in `make
+# test`: it takes minutes, and needs gcc's sanitizer runtimes.
+SANITIZE_SECONDS ?= 300
+sanitize: $(VENV)/.installed-test
+	tests/sanitize.sh $(SANITIZE_SECONDS)
+
 deploy-check: $(VENV)/.installed-test $(CHECKOV)
 	$(BIN)/python -m pytest tests/deploy
 
