@@ -2960,6 +2960,9 @@ fail:
 
 static PyObject *s_activity = NULL;
 
+/* How far into a line activity_run() looks for a progress line's type. */
+#define PROGRESS_WITHIN 1024
+
 /* Whether `needle` occurs in buf[0..n): a line without `"type":"progress"` in it is
  * no progress line, told without parsing it (a line written otherwise, with spaces,
  * is only left to the adapter's own loop). */
@@ -2988,7 +2991,13 @@ static PyObject *
 cc_activity(PyObject *seen, const u8 *buf, Py_ssize_t size, long long number)
 {
     static const char progress[] = "\"type\":\"progress\"";
-    if (!object_alone(buf, size) || !holds(buf, size, progress, sizeof(progress) - 1)) {
+    /* Looked for where Claude Code writes it: after the envelope's fields, before `data`
+     * (189-303 bytes in on the real transcripts). A user's or an assistant's line, which
+     * ends the run, has its type after a message of any length: the look stops here
+     * rather than read all of it (2% of a Claude Code task). A progress line whose type
+     * is further in (a long cwd) is left to the adapter's loop, which reads it alike. */
+    const Py_ssize_t within = size < PROGRESS_WITHIN ? size : PROGRESS_WITHIN;
+    if (!object_alone(buf, size) || !holds(buf, within, progress, sizeof(progress) - 1)) {
         Py_RETURN_NONE;
     }
     Msg msg;

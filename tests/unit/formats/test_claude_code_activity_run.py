@@ -81,6 +81,8 @@ def variant(kind: str, n: int, parent: str) -> bytes | OversizeLine:
         "data untyped": lambda: progress(uuid, parent, data={"x": 1}),
         "with message": lambda: progress(uuid, parent, message={"role": "user"}),
         "number": lambda: progress(uuid, parent, isMeta=3),
+        # its type past the run's first look (1,024 bytes in)
+        "type late": lambda: progress(uuid, parent, cwd="/w" * 600),
         "user": lambda: line(uuid, parent),
         "system": lambda: line(uuid, parent, type="system", subtype="stop_hook_summary"),
     }
@@ -115,7 +117,7 @@ KINDS = ["progress", "orphan", "sidechain", "logical", "no parent", "empty uuid"
          "numeric timestamp", "object timestamp", "copy", "data list", "data string",
          "data number", "data type number", "data untyped", "with message", "number",
          "user", "system", "escaped uuid", "escaped parent", "escaped timestamp",
-         "non-ascii", "repeated key", "spaced", "blank", "too long", "damaged"]
+         "non-ascii", "repeated key", "spaced", "type late", "blank", "too long", "damaged"]
 
 
 def transcript(kinds: list[str], opening: str, torn: bool) -> list[bytes]:
@@ -180,7 +182,7 @@ def test_the_run_takes_the_plain_progress_lines_and_nothing_else(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Which lines the run takes (a run that takes none would pass the tests above)."""
     kinds = ["progress", "progress", "user", "progress", "orphan", "progress", "copy",
-             "escaped uuid", "non-ascii", "progress"]
+             "escaped uuid", "non-ascii", "progress", "type late"]
     lines = transcript(kinds, "user", False)
     taken: list[int] = []
     real = kernel.activity_run_c
@@ -196,10 +198,10 @@ def test_the_run_takes_the_plain_progress_lines_and_nothing_else(
     items = list(cc.ClaudeCode().read(iter(lines), LineStats(), {}))
     # Line 1 is the user line; the run takes the plain progress lines after a line the
     # loop read (line 2 after it, 3 too, 5, 7 after the orphan the loop read, the
-    # non-ascii one and the last), never the others.
+    # non-ascii one and the one after it), never the others.
     assert taken == [2, 3, 5, 7, 10, 11]
     entries = [e for e in items if isinstance(e, Entry)]
-    assert [e.line for e in entries] == list(range(0, 12))  # the root is line 0
+    assert [e.line for e in entries] == list(range(0, 13))  # the root is line 0
     assert all(e.kind == "activity" for e in entries if e.line in taken)
 
 
