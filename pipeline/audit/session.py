@@ -17,7 +17,13 @@ from pipeline.formats import UNKNOWN, VAK, detect
 from pipeline.ledger.entry import USAGE_KEYS, Usage, starts_turn, ts_nanos, usage_of
 from pipeline.ledger.entry import ZERO_USAGE as _ZERO
 from pipeline.ledger.entry import add_usage as _add
-from pipeline.ledger.kernel import configure_info_c, figures_c, node_info_c, usage_rows_c
+from pipeline.ledger.kernel import (
+    configure_info_c,
+    figures_c,
+    node_info_c,
+    transcript_info_c,
+    usage_rows_c,
+)
 from pipeline.ledger.layout import SessionKey, cwd_hash
 from pipeline.ledger.reader import Entry, LineStats, audit_view, read_ledger
 from pipeline.ledger.redact import quote
@@ -202,16 +208,7 @@ def _node_info(entry: Entry, bad: list[Finding]) -> Any:
     return None
 
 
-#: :func:`_node_info` as the audit calls it: the C kernel's where it built (docs/audit.md,
-#: "The per-line kernel": the info of a common message or receipt made there, any other
-#: entry handed to :func:`_node_info`, which decides), else the function itself.
-_info: Callable[[Entry, list[Finding]], Any] = _node_info
-if node_info_c is not None and configure_info_c is not None:
-    configure_info_c(_Request, _Receipt, _DIRECTIVE, _ZERO, _node_info)
-    _info = node_info_c
-
-
-def _transcript_info(entry: Entry, bad: list[Finding]) -> Any:
+def _transcript_info_py(entry: Entry, bad: list[Finding]) -> Any:
     """:func:`_node_info` of an entry an adapter made (:mod:`pipeline.formats`): its
     requests also carry the request they are part of, their one-hour cache writes and,
     for a subagent's request copied into its parent, the subagent. Never read from a
@@ -227,6 +224,17 @@ def _transcript_info(entry: Entry, bad: list[Finding]) -> Any:
         info.write_1h = token_count(meta.get("write_1h"))
         info.mirror = _name(meta.get("mirror"))
     return info
+
+
+#: :func:`_node_info` and :func:`_transcript_info_py` as the audit calls them: the C
+#: kernel's where it built (docs/audit.md, "The per-line kernel": the info of a common
+#: message or receipt made there, any other entry handed to the Python function, which
+#: decides), else the functions themselves.
+_info: Callable[[Entry, list[Finding]], Any] = _node_info
+_transcript_info: Callable[[Entry, list[Finding]], Any] = _transcript_info_py
+if node_info_c is not None and configure_info_c is not None and transcript_info_c is not None:
+    configure_info_c(_Request, _Receipt, _DIRECTIVE, _ZERO, _node_info, _transcript_info_py)
+    _info, _transcript_info = node_info_c, transcript_info_c
 
 
 

@@ -1986,7 +1986,9 @@ static const char *request_slot_names[REQUEST_SLOTS] = {"usage", "ts", "model", 
                                                         "key", "part", "write_1h", "mirror"};
 static PyObject *request_slots[REQUEST_SLOTS];
 static PyTypeObject *request_type = NULL;
-static PyObject *directive_marker = NULL, *info_slow = NULL;
+static PyObject *directive_marker = NULL, *info_slow = NULL, *transcript_slow = NULL;
+/* Defined with the Claude Code kernel below; node_info() reads them for transcripts. */
+static PyObject *s_request_key, *s_write_1h, *s_mirror;
 static PyObject *usage_keys[4], *zero_count = NULL, *zero_usage = NULL;
 static PyObject *s_control = NULL, *s_attempts = NULL, *s_winning_attempt = NULL,
                 *s_ordinal = NULL, *s_settlement = NULL, *s_provider = NULL,
@@ -2002,11 +2004,13 @@ static PyTypeObject *receipt_type = NULL;
 static PyObject *
 ckernel_configure_info(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1])
-        || !PyTuple_CheckExact(args[3]) || !PyCallable_Check(args[4])) {
+    if (nargs != 6 || !PyType_Check(args[0]) || !PyType_Check(args[1])
+        || !PyTuple_CheckExact(args[3]) || !PyCallable_Check(args[4])
+        || !PyCallable_Check(args[5])) {
         PyErr_SetString(PyExc_TypeError, "configure_info() wants the Request and Receipt "
                                          "types, the directive marker, the zero usage and "
-                                         "the Python node info");
+                                         "the Python node info of a vak entry and of a "
+                                         "transcript's");
         return NULL;
     }
     if (slot_descriptors("configure_info", args[0], request_slot_names, REQUEST_SLOTS,
@@ -2020,6 +2024,7 @@ ckernel_configure_info(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
     Py_XSETREF(directive_marker, Py_NewRef(args[2]));
     Py_XSETREF(zero_usage, Py_NewRef(args[3]));
     Py_XSETREF(info_slow, Py_NewRef(args[4]));
+    Py_XSETREF(transcript_slow, Py_NewRef(args[5]));
     Py_RETURN_NONE;
 }
 
@@ -2113,10 +2118,11 @@ add_usage_to(PyObject **acc, PyObject *u)
 }
 
 static PyObject *
-new_request(PyObject *usage, PyObject *ts, PyObject *model)
+new_request(PyObject *usage, PyObject *ts, PyObject *model, PyObject *key, PyObject *write_1h,
+            PyObject *mirror)
 {
-    PyObject *values[REQUEST_SLOTS] = {usage, ts, model, Py_None, Py_None, Py_False, Py_None,
-                                       Py_None};
+    PyObject *values[REQUEST_SLOTS] = {usage, ts, model, Py_None, key, Py_False, write_1h,
+                                       mirror};
     return slotted(request_type, request_slots, values, REQUEST_SLOTS);
 }
 
@@ -2295,16 +2301,19 @@ view_starts_turn(PyObject *message, PyObject *meta)
     return text;
 }
 
+/* node_info(entry, bad), or with `transcript` transcript_info(entry, bad): the same, and
+ * a request's meta.request_key, meta.write_1h and meta.mirror as _transcript_info reads
+ * them (names interned, a token count or None); every other entry is `slow`'s. */
 static PyObject *
-ckernel_node_info(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+node_info_impl(PyObject *const *args, Py_ssize_t nargs, int transcript)
 {
+    const char *name = transcript ? "transcript_info" : "node_info";
     if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "node_info() wants an entry and the findings list");
+        PyErr_Format(PyExc_TypeError, "%s() wants an entry and the findings list", name);
         return NULL;
     }
     if (!request_type || !payload_type) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "node_info() before configure() and configure_info()");
+        PyErr_Format(PyExc_RuntimeError, "%s() before configure() and configure_info()", name);
         return NULL;
     }
     PyObject *entry = args[0];
@@ -2373,11 +2382,17 @@ ckernel_node_info(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
     }
     PyObject *ts = PyTuple_GET_ITEM(entry, 4);
     if (!meta) {
-        result = new_request(Py_None, ts, Py_None);
+        result = new_request(Py_None, ts, Py_None, Py_None, Py_None, Py_None);
         goto done;
     }
     PyObject *raw = PyDict_GetItemWithError(meta, s_usage);
     PyObject *model = raw || !PyErr_Occurred() ? PyDict_GetItemWithError(meta, s_model) : NULL;
+    PyObject *key = NULL, *hour = NULL, *mirror = NULL;
+    if (transcript && !PyErr_Occurred()) {
+        key = GET(meta, s_request_key);
+        hour = key || !PyErr_Occurred() ? GET(meta, s_write_1h) : NULL;
+        mirror = hour || !PyErr_Occurred() ? GET(meta, s_mirror) : NULL;
+    }
     if (PyErr_Occurred()) {
         goto done;
     }
@@ -2389,16 +2404,34 @@ ckernel_node_info(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
         goto slow_view;
     }
     model = interned_name(model);
-    result = new_request(usage, ts, model);
+    key = interned_name(key);
+    mirror = interned_name(mirror);
+    /* token_count(): an int from 0 to 2^63 - 1 (not a bool), else None */
+    hour = hour && hour != Py_None && count_ok(hour) ? hour : Py_None;
+    result = new_request(usage, ts, model, key, hour, mirror);
     Py_DECREF(usage);
     Py_DECREF(model);
+    Py_DECREF(key);
+    Py_DECREF(mirror);
 done:
     Py_DECREF(view);
     return result;
 slow_view:
     Py_DECREF(view);
 slow:
-    return PyObject_Vectorcall(info_slow, args, nargs, NULL);
+    return PyObject_Vectorcall(transcript ? transcript_slow : info_slow, args, nargs, NULL);
+}
+
+static PyObject *
+ckernel_node_info(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    return node_info_impl(args, nargs, 0);
+}
+
+static PyObject *
+ckernel_transcript_info(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    return node_info_impl(args, nargs, 1);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -3418,6 +3451,10 @@ static PyMethodDef ckernel_methods[] = {
     {"node_info", (PyCFunction)(void (*)(void))ckernel_node_info, METH_FASTCALL,
      "node_info(entry, bad) -> info: the audit's node info of a common vak entry, else "
      "slow(entry, bad)'s."},
+    {"transcript_info", (PyCFunction)(void (*)(void))ckernel_transcript_info, METH_FASTCALL,
+     "transcript_info(entry, bad) -> info: the audit's node info of a common entry an "
+     "adapter made, with a request's key, one-hour writes and mirror, else "
+     "transcript_slow(entry, bad)'s."},
     {"pushback", ckernel_pushback, METH_O,
      "pushback(lines) -> Lines: an iterator of lines that run() can give one back to."},
     {"run", (PyCFunction)(void (*)(void))ckernel_run, METH_FASTCALL,

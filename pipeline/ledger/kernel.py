@@ -40,7 +40,8 @@ __all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS",
            "configure_kind_data_c", "configure_tree_c", "direct_sha256_c", "entry_c",
            "figures_c", "kind_data_c", "lazy_c", "node_info_c",
            "parse_object", "pushback_c", "run_c", "scan", "scan_c", "scan_simdjson",
-           "scan_transcript_c", "sha256_hex_c", "tree_add_c", "usage_rows_c", "use",
+           "scan_transcript_c", "sha256_hex_c", "transcript_info_c", "tree_add_c",
+           "usage_rows_c", "use",
            "valid_c", "worth_it", "worth_it_c", "worth_it_simdjson"]
 
 #: Lines shorter than this are parsed by orjson whole, per implementation. simdjson's
@@ -230,7 +231,11 @@ configure_tree_c: Callable[[type[Any], frozenset[str]], None] | None
 #: ``configure_info_c`` gives it the request and receipt types, the directive marker,
 #: the zero usage and that function), or ``None``.
 node_info_c: Callable[[Any, list[Any]], Any] | None
+#: The same for an entry a transcript's adapter made (``transcript_info_c(entry, bad)``:
+#: ``_transcript_info_py``'s, with a request's key, one-hour writes and mirror), or ``None``.
+transcript_info_c: Callable[[Any, list[Any]], Any] | None
 configure_info_c: Callable[[type[Any], type[Any], object, tuple[int, int, int, int],
+                            Callable[[Any, list[Any]], Any],
                             Callable[[Any, list[Any]], Any]], None] | None
 #: A session's figures and its active chain's lines and ids in one call
 #: (``figures_c(nodes, by_id)``: pipeline/audit/session.py's ``_figures`` and the chain,
@@ -292,6 +297,7 @@ try:
     from pipeline.ledger._ckernel import scan as scan_c
     from pipeline.ledger._ckernel import scan_transcript as scan_transcript_c
     from pipeline.ledger._ckernel import sha256_hex as sha256_hex_c
+    from pipeline.ledger._ckernel import transcript_info as transcript_info_c
     from pipeline.ledger._ckernel import tree_add as tree_add_c
     from pipeline.ledger._ckernel import usage_rows as usage_rows_c
     from pipeline.ledger._ckernel import valid as valid_c
@@ -301,6 +307,7 @@ except ImportError:  # not built here (no compiler at install): simdjson stands 
     any_in_c = chained_c = valid_c = tree_add_c = configure_tree_c = None
     node_info_c = configure_info_c = run_c = pushback_c = direct_sha256_c = sha256_hex_c = None
     figures_c = usage_rows_c = activity_run_c = kind_data_c = configure_kind_data_c = None
+    transcript_info_c = None
 
 
 def _scan_none(body: bytes) -> None:

@@ -19,17 +19,19 @@ from pipeline.audit.session import (
     _node_info,
     _Receipt,
     _Request,
+    _transcript_info_py,
     _usage_rows,
     audit_session,
     verdict,
 )
+from pipeline.formats import detect
 from pipeline.ledger import kernel
 from pipeline.ledger.entry import USAGE_KEYS, ZERO_USAGE, ts_nanos, usage_of
 from pipeline.ledger.layout import parse_session_path
-from pipeline.ledger.reader import Entry, parse_entry, parse_entry_orjson
+from pipeline.ledger.reader import Entry, LineStats, parse_entry, parse_entry_orjson
 from pipeline.ledger.tree import Node
 from pipeline.ledger.types import MAX_TOKEN_COUNT, Code, Finding, Severity, Status, token_count
-from tests.helpers.data_paths import SPEC
+from tests.helpers.data_paths import REAL, SPEC
 from tests.helpers.ledgers import (
     BASE_SECONDS,
     TS_STEP_NS,
@@ -383,18 +385,25 @@ _USAGE = (st.builds(lambda counts: {k: v for k, v in zip(USAGE_KEYS, counts, str
 _BLOCK_TYPE = st.sampled_from(["text", "tool_result", "tool_use"])
 _BLOCK = _some(type=_BLOCK_TYPE | _JSON, text=_JSON) | _JSON
 _META = _some(usage=_USAGE, model=_NAME, control=_JSON)
-_MESSAGE_PAYLOAD = (
-    # As vak writes them: a role, blocks of its types, a meta.
-    st.fixed_dictionaries({
-        "message": st.fixed_dictionaries({
-            "role": st.sampled_from(["user", "assistant"]),
-            "content": st.lists(st.fixed_dictionaries({"type": _BLOCK_TYPE}), max_size=3)}),
-    }, optional={"meta": _META})
-    # Anything at each field the info reads.
-    | _some(message=_some(role=st.sampled_from(["user", "assistant", "system"]) | _JSON,
-                          content=st.lists(_BLOCK, max_size=3) | _JSON) | _JSON,
-            meta=_META | _JSON)
-)
+
+
+def _message_payload(meta: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[Any]:
+    """Message payloads with ``meta``."""
+    return (
+        # As vak writes them: a role, blocks of its types, a meta.
+        st.fixed_dictionaries({
+            "message": st.fixed_dictionaries({
+                "role": st.sampled_from(["user", "assistant"]),
+                "content": st.lists(st.fixed_dictionaries({"type": _BLOCK_TYPE}), max_size=3)}),
+        }, optional={"meta": meta})
+        # Anything at each field the info reads.
+        | _some(message=_some(role=st.sampled_from(["user", "assistant", "system"]) | _JSON,
+                              content=st.lists(_BLOCK, max_size=3) | _JSON) | _JSON,
+                meta=meta | _JSON)
+    )
+
+
+_MESSAGE_PAYLOAD = _message_payload(_META)
 _ORDINAL = st.integers(-1, 3) | st.sampled_from([1.0, True, None]) | _JSON
 _RECEIPT_PAYLOAD = _some(
     attempts=st.lists(_some(ordinal=_ORDINAL, settlement=_NAME, usage=_USAGE, provider=_NAME,
@@ -441,11 +450,13 @@ def slow_calls() -> Any:
         calls.append(entry)
         return _node_info(entry, bad)
 
-    kernel.configure_info_c(_Request, _Receipt, _DIRECTIVE, ZERO_USAGE, slow)
+    kernel.configure_info_c(_Request, _Receipt, _DIRECTIVE, ZERO_USAGE, slow,
+                            _transcript_info_py)
     try:
         yield calls
     finally:
-        kernel.configure_info_c(_Request, _Receipt, _DIRECTIVE, ZERO_USAGE, _node_info)
+        kernel.configure_info_c(_Request, _Receipt, _DIRECTIVE, ZERO_USAGE, _node_info,
+                                _transcript_info_py)
 
 
 @pytest.mark.skipif(kernel.node_info_c is None, reason="the C kernel did not build here")
@@ -487,6 +498,62 @@ def test_the_c_node_info_takes_only_the_common_entries(slow_calls: list[Entry]) 
         kernel.node_info_c(entry, bad)
     assert slow_calls == odd
     assert [f.code for f in bad] == [Code.BAD_FIELD] * 4
+
+
+# The same for an entry a transcript's adapter made (kernel.transcript_info_c): with a
+# request's key, one-hour cache writes and mirror, read from its meta as the Python
+# function reads them, of every JSON type.
+_TRANSCRIPT_META = _some(usage=_USAGE, model=_NAME, control=_JSON,
+                         request_key=st.sampled_from(["msg_1:req_1", ""]) | _JSON,
+                         write_1h=st.integers(0, MAX_TOKEN_COUNT) | st.integers() | _JSON,
+                         mirror=st.sampled_from(["a1b2c3"]) | _JSON)
+_TRANSCRIPT_PAYLOAD = _message_payload(_TRANSCRIPT_META)
+
+
+def _same_info(got: Any, want: Any, bad_c: list[Any], bad_py: list[Any]) -> None:
+    assert type(got) is type(want) and got == want
+    assert bad_c == bad_py
+    if type(want) is _Request:
+        # 1 == True in Python: the types too (a bool is no token count)
+        assert type(got.write_1h) is type(want.write_1h)
+        assert type(got.key) is type(want.key) and type(got.mirror) is type(want.mirror)
+
+
+@pytest.mark.skipif(kernel.transcript_info_c is None, reason="the C kernel did not build here")
+@settings(max_examples=500)
+@given(st.tuples(st.just("message"), _TRANSCRIPT_PAYLOAD)
+       | st.tuples(st.sampled_from(["activity", "receipt", "turn_card"]), _TRANSCRIPT_PAYLOAD))
+@example(("message", {"message": {"role": "assistant", "content": []},
+                      "meta": {"write_1h": True, "request_key": "k", "mirror": 5}}))
+@example(("message", {"message": {"role": "assistant", "content": []},
+                      "meta": {"write_1h": 2**63, "usage": {"input_tokens": -1}}}))
+def test_the_c_transcript_info_is_the_python_one(case: tuple[str, dict[str, Any]]) -> None:
+    assert kernel.transcript_info_c is not None
+    for entry in _entries(*case):
+        bad_c: list[Any] = []
+        bad_py: list[Any] = []
+        got = kernel.transcript_info_c(entry, bad_c)
+        _same_info(got, _transcript_info_py(entry, bad_py), bad_c, bad_py)
+
+
+@pytest.mark.skipif(kernel.transcript_info_c is None, reason="the C kernel did not build here")
+def test_the_c_transcript_info_of_every_real_transcripts_entry_is_the_python_one() -> None:
+    assert kernel.transcript_info_c is not None
+    requests = keyed = 0
+    for path in sorted((REAL / "claude-code").rglob("*.jsonl")) + sorted(
+            (REAL / "codex").rglob("*.jsonl")):
+        fmt, lines = detect(iter(path.read_bytes().splitlines(True)))
+        assert fmt is not None
+        for item in fmt.read(lines, LineStats(), {}):
+            if not isinstance(item, Entry):
+                continue
+            bad_c: list[Any] = []
+            bad_py: list[Any] = []
+            got, want = kernel.transcript_info_c(item, bad_c), _transcript_info_py(item, bad_py)
+            _same_info(got, want, bad_c, bad_py)
+            requests += type(want) is _Request
+            keyed += type(want) is _Request and want.key is not None
+    assert requests > 500 and keyed > 500
 
 
 @given(st.lists(st.sampled_from(list(Code)), max_size=6))
