@@ -2301,6 +2301,26 @@ view_starts_turn(PyObject *message, PyObject *meta)
     return text;
 }
 
+/* A transcript request's key (an exact string, else None), a new reference: the previous
+ * request's own string when the two are equal. A request streamed over several lines
+ * (docs/formats.md) has them one after another: they share one string, as interning
+ * would make them share, without a look-up and an insertion in the interpreter's table
+ * of interned strings for every key (each new, and dropped with its session): 1.4% of a
+ * Claude Code task. Holds one string between calls. */
+static PyObject *
+request_key(PyObject *key)
+{
+    static PyObject *previous = NULL;
+    if (!key || !PyUnicode_CheckExact(key)) {
+        return Py_NewRef(Py_None);
+    }
+    if (previous && PyUnicode_Compare(previous, key) == 0) {
+        return Py_NewRef(previous);
+    }
+    Py_XSETREF(previous, Py_NewRef(key));
+    return Py_NewRef(key);
+}
+
 /* node_info(entry, bad), or with `transcript` transcript_info(entry, bad): the same, and
  * a request's meta.request_key, meta.write_1h and meta.mirror as _transcript_info reads
  * them (names interned, a token count or None); every other entry is `slow`'s. */
@@ -2404,7 +2424,7 @@ node_info_impl(PyObject *const *args, Py_ssize_t nargs, int transcript)
         goto slow_view;
     }
     model = interned_name(model);
-    key = interned_name(key);
+    key = request_key(key);
     mirror = interned_name(mirror);
     /* token_count(): an int from 0 to 2^63 - 1 (not a bool), else None */
     hour = hour && hour != Py_None && count_ok(hour) ? hour : Py_None;
