@@ -2322,8 +2322,9 @@ request_key(PyObject *key)
 }
 
 /* node_info(entry, bad), or with `transcript` transcript_info(entry, bad): the same, and
- * a request's meta.request_key, meta.write_1h and meta.mirror as _transcript_info reads
- * them (names interned, a token count or None); every other entry is `slow`'s. */
+ * a request's meta.request_key, meta.write_1h and meta.mirror as _transcript_info_py reads
+ * them (the key as request_key() shares it, the mirror interned, a token count; else
+ * None); every other entry is the slow function's. */
 static PyObject *
 node_info_impl(PyObject *const *args, Py_ssize_t nargs, int transcript)
 {
