@@ -25,12 +25,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from pipeline.io.storage import enumerate_sessions, resolve
 from pipeline.run.batches import audit_batch
 from pipeline.run.replay_batches import ReplayOptions, replay_batch
 from tests.helpers.data_paths import CONFORMANCE, REAL
+from tests.helpers.storage import table_rows
 
 
 @dataclass(frozen=True)
@@ -140,22 +139,15 @@ def write_mutants(root: Path, seed: int, count: int) -> Iterator[Path]:
 
 def read(root: Path) -> list[Tables]:
     """Audit and replay (with the planner) every session of the archive at ``root`` as
-    one task each, as a worker does; return every table of both, as rows (timestamps as
-    integers: a nanosecond one has no exact ``datetime``)."""
+    one task each, as a worker does; return every table of both, as rows in their order
+    (:func:`~tests.helpers.storage.table_rows`)."""
     archive = resolve(str(root))
     batch = enumerate_sessions(archive).sessions
     results = (audit_batch(archive, 0, batch),
                replay_batch(archive, 0, batch, _REPLAY, {o.key.path: None for o in batch}))
-    return [{name: _rows(table) for name, table in
+    return [{name: table_rows(table) for name, table in
              {"sessions": r.sessions, "findings": r.findings, **r.extra}.items()}
             for r in results]
-
-
-def _rows(table: pa.Table) -> list[dict[str, Any]]:
-    columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c
-               for c in table.columns]
-    rows: list[dict[str, Any]] = pa.table(columns, names=table.column_names).to_pylist()
-    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,16 +59,21 @@ def run_vakpipe(*args: str, env: dict[str, str] | None = None,
                           env=env, timeout=timeout, check=False)
 
 
-def plain_rows(table: pa.Table) -> list[dict[str, Any]]:
-    """A table's rows as dicts, timestamps as integer nanoseconds, in a canonical order.
+def table_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """A table's rows as dicts, in its order, timestamps as integer nanoseconds.
 
     (Nanosecond timestamps do not convert to ``datetime`` without pandas.)
     """
     columns = [
         col.cast(pa.int64()) if pa.types.is_timestamp(col.type) else col for col in table.columns
     ]
-    rows = pa.Table.from_arrays(columns, names=table.column_names).to_pylist()
-    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))  # dates
+    rows: list[dict[str, Any]] = pa.Table.from_arrays(columns, names=table.column_names).to_pylist()
+    return rows
+
+
+def plain_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """A table's rows (:func:`table_rows`) in a canonical order."""
+    return sorted(table_rows(table), key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
 def committed_rows(out: Path | Location, dataset: str) -> list[dict[str, Any]]:
