@@ -12,9 +12,9 @@
  * whitespace or a byte order mark around the object, repeated or escaped keys where
  * the kernel reads keys, escapes in a string it returns, too many keys.
  *
- * Plain C and the CPython C API only. SHA-256 is OpenSSL's, as hashlib's: its one-shot
- * SHA256() called directly where the libcrypto that hashlib loaded is found in the
- * process (never another copy of it), else hashlib's sha256 (see direct_sha256()).
+ * Plain C and the CPython C API only. SHA-256 is OpenSSL's, as hashlib's: called
+ * directly where the libcrypto that hashlib loaded is found in the process (never
+ * another copy of it), else hashlib's sha256 (see direct_sha256()).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1445,13 +1445,41 @@ slotted(PyTypeObject *type, PyObject *const *slots, PyObject *const *values, int
     return obj;
 }
 
-/* OpenSSL's SHA256(data, n, md), the function under hashlib's sha256, taken from the
- * libcrypto this process already loaded for hashlib, or NULL (not found, or turned off
- * by direct_sha256(False)): then hashlib's sha256 is called. Called directly, a line's
- * digest skips hashlib's two digest contexts, its hash object and its method call
- * (~0.35 us of the ~1.4 us a 1.6 KB line's digest takes through hashlib). */
+/* OpenSSL's SHA-256 of (data, n) into md, the functions under hashlib's sha256, taken
+ * from the libcrypto this process already loaded for hashlib, or NULL (not found, or
+ * turned off by direct_sha256(False)): then hashlib's sha256 is called. Called directly,
+ * a line's digest skips hashlib's two digest contexts, its hash object and its method
+ * call (~0.35 us of the ~1.4 us a 1.6 KB line's digest takes through hashlib).
+ *
+ * Where libcrypto exports SHA256_Init/Update/Final (OpenSSL 1.1 and 3.x: deprecated in
+ * 3.0, still exported) those are called, on a context on the stack: OpenSSL 3's one-shot
+ * SHA256() goes through EVP_Q_digest, which fetches the algorithm from the provider
+ * (under a lock), allocates a context and frees it for every call, ~55% on top of the
+ * hashing itself for the fleet's lines (docs/scaling.md). Else the one-shot SHA256(). */
 typedef unsigned char *(*sha256_fn)(const unsigned char *, size_t, unsigned char *);
 static sha256_fn openssl_sha256 = NULL, found_sha256 = NULL;
+
+/* SHA256_CTX is 112 bytes in every OpenSSL since 0.9.8 (eight words of state, two of
+ * length, sixteen of block, two counts); the room here is kept well above that, as its
+ * layout is OpenSSL's and the kernel is built without its headers. */
+typedef union {
+    unsigned char room[512];
+    unsigned long long align;
+} sha256_ctx;
+static int (*sha256_init)(sha256_ctx *) = NULL;
+static int (*sha256_update)(sha256_ctx *, const void *, size_t) = NULL;
+static int (*sha256_final)(unsigned char *, sha256_ctx *) = NULL;
+
+/* SHA256() over the low-level calls (found with them: see find_openssl_sha256). */
+static unsigned char *
+low_level_sha256(const unsigned char *data, size_t n, unsigned char *md)
+{
+    sha256_ctx ctx;
+    sha256_init(&ctx);
+    sha256_update(&ctx, data, n);
+    sha256_final(md, &ctx);
+    return md;
+}
 
 #ifdef __linux__
 static int
@@ -1465,7 +1493,8 @@ libcrypto_path(struct dl_phdr_info *info, size_t Py_UNUSED(size), void *out)
 }
 #endif
 
-/* Look for SHA256() in the libcrypto loaded already (RTLD_NOLOAD: never load one). */
+/* Look for SHA-256 in the libcrypto loaded already (RTLD_NOLOAD: never load one): the
+ * low-level calls where all three are there, else SHA256(), else NULL. */
 static sha256_fn
 find_openssl_sha256(void)
 {
@@ -1479,9 +1508,16 @@ find_openssl_sha256(void)
     if (!lib) {
         return NULL;
     }
+    /* lib stays open: the process holds it for hashlib anyway */
+    *(void **)(&sha256_init) = dlsym(lib, "SHA256_Init");
+    *(void **)(&sha256_update) = dlsym(lib, "SHA256_Update");
+    *(void **)(&sha256_final) = dlsym(lib, "SHA256_Final");
+    if (sha256_init && sha256_update && sha256_final) {
+        return low_level_sha256;
+    }
     sha256_fn fn;
     *(void **)(&fn) = dlsym(lib, "SHA256");
-    return fn; /* lib stays open: the process holds it for hashlib anyway */
+    return fn;
 #else
     return NULL;
 #endif
@@ -1574,6 +1610,17 @@ ckernel_direct_sha256(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssi
         openssl_sha256 = args[0] == Py_True ? found_sha256 : NULL;
     }
     return PyBool_FromLong(openssl_sha256 != NULL);
+}
+
+/* sha256_calls() -> str */
+static PyObject *
+ckernel_sha256_calls(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    if (!openssl_sha256) {
+        return PyUnicode_FromString("hashlib");
+    }
+    return PyUnicode_FromString(openssl_sha256 == low_level_sha256 ? "SHA256_Init/Update/Final"
+                                                                   : "SHA256");
 }
 
 /* sha256_hex(body: bytes) -> str */
@@ -3512,9 +3559,12 @@ static PyMethodDef ckernel_methods[] = {
      "lazy(line, id, parent, kind, ts, digest, body, view, mapper=None) -> LazyEntry: "
      "reader.lazy_entry's entry."},
     {"direct_sha256", (PyCFunction)(void (*)(void))ckernel_direct_sha256, METH_FASTCALL,
-     "direct_sha256(on=None) -> bool: whether digests call OpenSSL's SHA256() directly "
+     "direct_sha256(on=None) -> bool: whether digests call OpenSSL's SHA-256 directly "
      "(found in the libcrypto hashlib loaded); False turns that off (hashlib's sha256 "
      "then), True back on where it was found."},
+    {"sha256_calls", ckernel_sha256_calls, METH_NOARGS,
+     "sha256_calls() -> str: what the digests call now: 'SHA256_Init/Update/Final' or "
+     "'SHA256' (OpenSSL's, directly), or 'hashlib'."},
     {"sha256_hex", ckernel_sha256_hex, METH_O,
      "sha256_hex(body: bytes) -> str: the hex SHA-256 of body, as the entries' digests "
      "are made."},

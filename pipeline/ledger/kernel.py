@@ -265,7 +265,7 @@ configure_kind_data_c: Callable[[Callable[[dict[str, Any]], tuple[str, dict[str,
 #: Whether the C kernel's grammar takes a line as one JSON value (``valid_c(body)``: it
 #: takes only what orjson takes, and defers some of that), or ``None``.
 valid_c: Callable[[bytes], bool] | None
-#: Whether the entries' digests call OpenSSL's ``SHA256()`` directly, found in the
+#: Whether the entries' digests call OpenSSL's SHA-256 directly, found in the
 #: libcrypto that hashlib loaded (``direct_sha256_c(on)``: ``False`` turns that off and
 #: hashlib's ``sha256`` is called, ``True`` back on where found), and the hex digest of
 #: bytes as the entries' are made (``sha256_hex_c(body)``); or ``None``.

@@ -16,6 +16,7 @@ decides those lines: ``test_where_simdjson_and_orjson_differ_orjson_decides`` sa
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import io
 import json
@@ -498,6 +499,25 @@ def test_the_c_kernels_digest_is_direct_where_hashlib_has_a_shared_libcrypto() -
     with open("/proc/self/maps") as maps:
         shared = "/libcrypto.so" in maps.read()
     assert kernel.direct_sha256_c is not None and kernel.direct_sha256_c() is shared
+
+
+@pytest.mark.skipif(kernel.direct_sha256_c is None, reason="the C kernel did not build here")
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="no /proc to look in")
+def test_the_c_kernels_digest_takes_the_low_level_calls_where_libcrypto_exports_them(
+) -> None:
+    # OpenSSL 3's one-shot SHA256() fetches the algorithm and allocates a context for
+    # every line (docs/audit.md, "The digest"): where the libcrypto hashlib loaded still
+    # exports SHA256_Init/Update/Final, the kernel must be calling those.
+    from pipeline.ledger._ckernel import sha256_calls
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "/libcrypto.so" in line}
+    if not paths:
+        pytest.skip("hashlib runs on no shared libcrypto here")
+    low_level = all(hasattr(ctypes.CDLL(path), name) for path in paths
+                    for name in ("SHA256_Init", "SHA256_Update", "SHA256_Final"))
+    assert sha256_calls() == ("SHA256_Init/Update/Final" if low_level else "SHA256")
+    with digests(direct=False):
+        assert sha256_calls() == "hashlib"
 
 
 @pytest.mark.skipif(kernel.sha256_hex_c is None, reason="the C kernel did not build here")
