@@ -110,6 +110,16 @@ def with_kernel(name: str, fn: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
+def digest_calls() -> str:
+    """What the C kernel's digests call on this machine (docs/audit.md, "The digest"),
+    as a clause of the report's line; nothing where the extension did not build."""
+    try:
+        from pipeline.ledger._ckernel import sha256_calls
+    except ImportError:
+        return ""
+    return f", its digests through {sha256_calls()}"
+
+
 def audit_with(root: Path, workers: int, repeat: int = 1,
                between: Callable[[], object] | None = None) -> tuple[float, dict[str, int]]:
     """Best wall time of ``repeat`` audit runs on one private cluster, and the worker
@@ -177,7 +187,7 @@ def main() -> None:
         fns.append(with_kernel(name, lambda: in_process(sessions, whole=True)))
     floor_t, *timings = best_of(args.repeat, *fns)
     print(f"one process, CPU seconds against the floor measured alongside "
-          f"(workers use the {kernel.IMPLEMENTATION} kernel):")
+          f"(workers use the {kernel.IMPLEMENTATION} kernel{digest_calls()}):")
     for i, name in enumerate(arms):
         reader_t, whole_t = timings[2 * i], timings[2 * i + 1]
         print(f"  kernel {name:8s} reader alone (parse, envelope, SHA-256, chain): "
