@@ -72,14 +72,14 @@ conformance: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/audit_throughput.py
 
-## deploy-check: only the offline checks of deploy/ and infra/ (part of `make test`)
-# The C kernel built under AddressSanitizer and UndefinedBehaviorSanitizer, its tests and
-# SANITIZE_SECONDS of mutated archives (docs/audit.md, "Memory safety"). Not in `make
-# test`: it takes minutes, and needs gcc's sanitizer runtimes.
+## sanitize: the C kernel built under AddressSanitizer and UndefinedBehaviorSanitizer,
+# its tests and SANITIZE_SECONDS of mutated archives (docs/audit.md, "Memory safety").
+# Not in `make test`: it takes minutes, and needs gcc's sanitizer runtimes.
 SANITIZE_SECONDS ?= 300
 sanitize: $(VENV)/.installed-test
 	tests/sanitize.sh $(SANITIZE_SECONDS)
 
+## deploy-check: only the offline checks of deploy/ and infra/ (part of `make test`)
 deploy-check: $(VENV)/.installed-test $(CHECKOV)
 	$(BIN)/python -m pytest tests/deploy
 
