@@ -25,7 +25,7 @@ from pipeline.ledger.kernel import (
     usage_rows_c,
 )
 from pipeline.ledger.layout import SessionKey, cwd_hash
-from pipeline.ledger.reader import Entry, LineStats, audit_view, read_ledger
+from pipeline.ledger.reader import Entry, LineStats, audit_view, header_view, read_ledger
 from pipeline.ledger.redact import quote
 from pipeline.ledger.tree import Node, TreeIndex
 from pipeline.ledger.types import (
@@ -294,7 +294,15 @@ def verdict(findings: list[Finding]) -> dict[str, Any]:
 _ERROR, _WARNING, _OK = Status.ERROR.value, Status.WARNING.value, Status.OK.value
 
 
+#: What the audit reads of a vak header, in :func:`~pipeline.ledger.reader.header_view`'s
+#: order.
+_HEADER_FIELDS = ("session_id", "cwd", "model", "provider", "app_version")
+
+
 def _header_fields(entry: Entry, bad: list[Finding]) -> dict[str, Any]:
+    kept = header_view(entry)
+    if kept is not None:  # read by the C kernel: its payload never parsed here
+        return dict(zip(_HEADER_FIELDS, kept, strict=True))
     contract = entry.data.get("contract")
     if type(contract) is not dict:
         if contract is not None:

@@ -80,8 +80,8 @@ def _vak_line(raw: bytes) -> bool:
     starts as vak starts every entry (``ENTRY_START``: ``id``, ``parent_id``, ``ts``) and
     the C kernel's grammar takes the whole line as one JSON value (the ``{`` makes it an
     object). ``False`` leaves the line to ``orjson``, so the answer is always the parsed
-    line's: a vak header (~4 KB on the benchmark fleet) is then parsed once, by the
-    reader, not twice."""
+    line's: a vak header (~4 KB on the benchmark fleet) is then read by the reader alone
+    (by its kernel, without orjson: docs/audit.md, "Headers"), not parsed twice."""
     if valid_c is None or ENTRY_START.match(raw) is None:
         return False
     return valid_c(raw[:-1] if raw[-1:] == b"\n" else raw)

@@ -608,11 +608,13 @@ push_block(Msg *m, const Block *b)
     return 0;
 }
 
-/* A message's content array: each element an object (its keys read) or any value. */
+/* An array whose elements item() reads, one call each (c->p at the element; it
+ * consumes it): 0, or -1 where the grammar refuses or defers. */
+typedef int (*item_fn)(Cur *c, void *ctx);
+
 static int
-parse_content(Cur *c, Msg *m)
+parse_items(Cur *c, item_fn item, void *ctx)
 {
-    m->nblocks = 0; /* a repeated content key: the view is dropped anyway */
     if (++c->depth > MAX_DEPTH) {
         return -1;
     }
@@ -624,24 +626,7 @@ parse_content(Cur *c, Msg *m)
         return 0;
     }
     for (;;) {
-        Block b = {B_NOTOBJ, NULL, 0};
-        if (c->p < c->end && *c->p == '{') {
-            int dup = 0;
-            b.kind = B_NOTYPE;
-            if (parse_keyed_object(c, block_member, &b, &dup)) {
-                return -1;
-            }
-            if (dup) {
-                b.kind = B_DUP;
-            }
-        }
-        else {
-            Val v;
-            if (parse_value(c, &v)) {
-                return -1;
-            }
-        }
-        if (push_block(m, &b)) {
+        if (item(c, ctx)) {
             return -1;
         }
         int more = next_item(c, ']');
@@ -649,6 +634,39 @@ parse_content(Cur *c, Msg *m)
             return more;
         }
     }
+}
+
+/* A content block: an object (its keys read) or any value. */
+static int
+content_item(Cur *c, void *ctx)
+{
+    Msg *m = (Msg *)ctx;
+    Block b = {B_NOTOBJ, NULL, 0};
+    if (c->p < c->end && *c->p == '{') {
+        int dup = 0;
+        b.kind = B_NOTYPE;
+        if (parse_keyed_object(c, block_member, &b, &dup)) {
+            return -1;
+        }
+        if (dup) {
+            b.kind = B_DUP;
+        }
+    }
+    else {
+        Val v;
+        if (parse_value(c, &v)) {
+            return -1;
+        }
+    }
+    return push_block(m, &b);
+}
+
+/* A message's content array. */
+static int
+parse_content(Cur *c, Msg *m)
+{
+    m->nblocks = 0; /* a repeated content key: the view is dropped anyway */
+    return parse_items(c, content_item, m);
 }
 
 static int
@@ -1290,13 +1308,13 @@ ckernel_scan(PyObject *Py_UNUSED(module), PyObject *body)
     return scan_impl((const u8 *)PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body));
 }
 
-/* Whether scan() is worth calling on `body`: not when it holds a receipt or a header
- * (judged, like kernel.py's worth_it, by the first `"kind":"` within its first 512
- * bytes), whose whole payload the audit reads anyway; every other line, any size (the
- * C kernel is faster than orjson at every size measured: docs/audit.md). A guess only:
- * either reader gives the same result. */
+/* What the line seems to hold, judged (like kernel.py's worth_it) by the first
+ * `"kind":"` within its first 512 bytes: a receipt, a header, or anything else. A guess
+ * only: every reader gives the same result. */
+enum { GUESS_OTHER = 0, GUESS_RECEIPT, GUESS_HEADER };
+
 static int
-worth_it_impl(const char *buf, Py_ssize_t size)
+guess_kind(const char *buf, Py_ssize_t size)
 {
     static const char needle[] = "\"kind\":\"";
     const Py_ssize_t nlen = sizeof(needle) - 1;
@@ -1315,12 +1333,24 @@ worth_it_impl(const char *buf, Py_ssize_t size)
     }
     if (at) {
         Py_ssize_t left = (buf + size) - at;
-        if ((left >= 8 && memcmp(at, "receipt\"", 8) == 0)
-            || (left >= 7 && memcmp(at, "header\"", 7) == 0)) {
-            return 0;
+        if (left >= 8 && memcmp(at, "receipt\"", 8) == 0) {
+            return GUESS_RECEIPT;
+        }
+        if (left >= 7 && memcmp(at, "header\"", 7) == 0) {
+            return GUESS_HEADER;
         }
     }
-    return 1;
+    return GUESS_OTHER;
+}
+
+/* Whether scan() is worth calling on `body`: not when it holds a receipt or a header
+ * (guess_kind), of which the audit reads more than scan() keeps (entry() reads them
+ * its own way: receipt_entry(), header_entry()); every other line, any size (the C
+ * kernel is faster than orjson at every size measured: docs/audit.md). */
+static int
+worth_it_impl(const char *buf, Py_ssize_t size)
+{
+    return guess_kind(buf, size) == GUESS_OTHER;
 }
 
 static PyObject *
@@ -1711,6 +1741,9 @@ done:
     return entry;
 }
 
+static PyObject *receipt_entry(PyObject *body, Py_ssize_t size, PyObject *line);
+static PyObject *header_entry(PyObject *body, Py_ssize_t size, PyObject *line);
+
 /* entry()'s work on a checked body: the entry or None (or NULL, an error). The entry
  * is body's first `size` bytes: all of them, or (chained_impl, with a direct digest) a
  * raw line but its newline, which the payload then keeps (JSON whitespace to orjson). */
@@ -1718,8 +1751,12 @@ static PyObject *
 entry_impl(PyObject *body, Py_ssize_t size, PyObject *line)
 {
     const char *buf = PyBytes_AS_STRING(body);
-    if (!worth_it_impl(buf, size)) {
-        return eager_entry(body, size, line);
+    int guess = guess_kind(buf, size);
+    if (guess == GUESS_RECEIPT) {
+        return receipt_entry(body, size, line);
+    }
+    if (guess == GUESS_HEADER) {
+        return header_entry(body, size, line);
     }
     PyObject *found = scan_impl((const u8 *)buf, size);
     if (!found || found == Py_None) {
@@ -2039,7 +2076,7 @@ static PyObject *s_request_key, *s_write_1h, *s_mirror;
 static PyObject *usage_keys[4], *zero_count = NULL, *zero_usage = NULL;
 static PyObject *s_control = NULL, *s_attempts = NULL, *s_winning_attempt = NULL,
                 *s_ordinal = NULL, *s_settlement = NULL, *s_provider = NULL,
-                *s_purpose = NULL;
+                *s_purpose = NULL, *s_receipt = NULL;
 
 #define RECEIPT_SLOTS 9
 static const char *receipt_slot_names[RECEIPT_SLOTS] = {
@@ -2305,6 +2342,577 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* A receipt read by the kernel into its node info (docs/audit.md, "Receipts"):
+ *
+ * entry() reads a receipt line itself, without orjson, where the audit's info is
+ * configured (configure_info): the grammar validates the whole line as it validates any
+ * other, keeps the envelope and what receipt_info() reads (winning_attempt, provider,
+ * model, purpose, and of each attempt its ordinal, settlement, provider, model and the
+ * four token counts of its usage), and makes the Receipt receipt_info() would make of
+ * the parsed line. The entry is a lazy one (its data parsed by orjson when a later
+ * stage reads it); its payload's view is that Receipt, which node_info() returns.
+ * Everything else goes to eager_entry(), as before: a line the grammar does not take
+ * (orjson decides), a repeated key in the line, an attempt or a usage, more than
+ * RECEIPT_ATTEMPTS attempts, an escaped string where a name is read, and every value
+ * receipt_info() would not take as it is (attempts other than an array of objects, a
+ * usage other than an object of token counts, an ordinal or a winning_attempt other
+ * than an integer or null): that function then reads the parsed line, and the Python
+ * one says what is wrong. */
+
+#define RECEIPT_ATTEMPTS 16
+
+typedef struct {
+    Val usage, ordinal, settlement, provider, model;
+    Val counts[4]; /* usage_keys' order */
+    int dup;
+} Attempt;
+
+typedef struct {
+    Line line;
+    Val attempts, winning, provider, model, purpose;
+    int natt;
+    int odd; /* an attempt that is not an object, one too many, a repeated key */
+    Attempt att[RECEIPT_ATTEMPTS]; /* set as read: never cleared as a whole */
+} ReceiptLine;
+
+static int
+usage_member(Cur *c, const Val *key, void *ctx)
+{
+    Attempt *a = (Attempt *)ctx;
+    Val *slot = NULL;
+    if (KEY_IS(key, "input_tokens")) {
+        slot = &a->counts[0];
+    }
+    else if (KEY_IS(key, "output_tokens")) {
+        slot = &a->counts[1];
+    }
+    else if (KEY_IS(key, "cache_read_input_tokens")) {
+        slot = &a->counts[2];
+    }
+    else if (KEY_IS(key, "cache_creation_input_tokens")) {
+        slot = &a->counts[3];
+    }
+    Val v;
+    return parse_value(c, slot ? slot : &v);
+}
+
+static int
+attempt_member(Cur *c, const Val *key, void *ctx)
+{
+    Attempt *a = (Attempt *)ctx;
+    Val *slot = NULL;
+    switch (key->n) {
+    case 5:
+        if (KEY_IS(key, "usage")) {
+            if (c->p < c->end && *c->p == '{') {
+                a->usage.type = T_OBJ;
+                for (int i = 0; i < 4; i++) {
+                    a->counts[i].type = T_ABSENT; /* a repeated usage key: a->dup anyway */
+                }
+                return parse_keyed_object(c, usage_member, a, &a->dup);
+            }
+            slot = &a->usage;
+        }
+        else if (KEY_IS(key, "model")) {
+            slot = &a->model;
+        }
+        break;
+    case 7:
+        if (KEY_IS(key, "ordinal")) {
+            slot = &a->ordinal;
+        }
+        break;
+    case 8:
+        if (KEY_IS(key, "provider")) {
+            slot = &a->provider;
+        }
+        break;
+    case 10:
+        if (KEY_IS(key, "settlement")) {
+            slot = &a->settlement;
+        }
+        break;
+    }
+    Val v;
+    return parse_value(c, slot ? slot : &v);
+}
+
+/* An attempt: an object (its keys read), or any value (odd: a finding). */
+static int
+attempt_item(Cur *c, void *ctx)
+{
+    ReceiptLine *r = (ReceiptLine *)ctx;
+    if (c->p < c->end && *c->p == '{' && r->natt < RECEIPT_ATTEMPTS) {
+        Attempt *a = &r->att[r->natt++];
+        memset(a, 0, sizeof(*a));
+        if (parse_keyed_object(c, attempt_member, a, &a->dup)) {
+            return -1;
+        }
+        r->odd |= a->dup;
+        return 0;
+    }
+    r->odd = 1;
+    Val v;
+    return parse_value(c, &v);
+}
+
+static int
+receipt_member(Cur *c, const Val *key, void *ctx)
+{
+    ReceiptLine *r = (ReceiptLine *)ctx;
+    Val *slot = NULL;
+    switch (key->n) {
+    case 5:
+        if (KEY_IS(key, "model")) {
+            slot = &r->model;
+        }
+        break;
+    case 7:
+        if (KEY_IS(key, "purpose")) {
+            slot = &r->purpose;
+        }
+        break;
+    case 8:
+        if (KEY_IS(key, "attempts")) {
+            if (c->p < c->end && *c->p == '[') {
+                r->attempts.type = T_ARR;
+                r->natt = 0; /* a repeated attempts key: the line's dup anyway */
+                return parse_items(c, attempt_item, r);
+            }
+            slot = &r->attempts;
+        }
+        else if (KEY_IS(key, "provider")) {
+            slot = &r->provider;
+        }
+        break;
+    case 15:
+        if (KEY_IS(key, "winning_attempt")) {
+            slot = &r->winning;
+        }
+        break;
+    }
+    if (slot) {
+        return parse_value(c, slot);
+    }
+    return line_member(c, key, &r->line);
+}
+
+/* An integer as JSON writes it (a Val of the grammar, which took at most 18 digits):
+ * 1 with *out set, 0 for any other value. */
+static int
+int_literal(const Val *v, long long *out)
+{
+    if (v->type != T_OTHER) {
+        return 0;
+    }
+    const u8 *p = v->start, *end = v->stop;
+    int neg = p < end && *p == '-';
+    p += neg;
+    if (p == end) {
+        return 0;
+    }
+    long long n = 0;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9') {
+            return 0; /* a fraction, an exponent, true, false */
+        }
+        n = n * 10 + (*p - '0');
+    }
+    *out = neg ? -n : n;
+    return 1;
+}
+
+/* _name() of a value: an interned str for an unescaped string, None for any other
+ * type (a new reference); NULL with *odd set for an escaped string, NULL alone on an
+ * error. */
+static PyObject *
+name_of(const Val *v, int *odd)
+{
+    if (v->type != T_STR) {
+        return Py_NewRef(Py_None);
+    }
+    if (v->esc) {
+        *odd = 1;
+        return NULL;
+    }
+    PyObject *s = str_of(v);
+    if (s) {
+        PyUnicode_InternInPlace(&s);
+    }
+    return s;
+}
+
+/* usage_tuple() of an attempt's usage: a new tuple, Py_None (new) when absent or
+ * null, NULL with *odd set where usage_of would refuse it (or a count is not an
+ * integer literal), NULL alone on an error. */
+static PyObject *
+usage_of_attempt(const Attempt *a, int *odd)
+{
+    if (a->usage.type == T_ABSENT || a->usage.type == T_NULL) {
+        return Py_NewRef(Py_None);
+    }
+    if (a->usage.type != T_OBJ) {
+        *odd = 1;
+        return NULL;
+    }
+    long long n[4];
+    for (int i = 0; i < 4; i++) {
+        const Val *v = &a->counts[i];
+        if (v->type == T_ABSENT || v->type == T_NULL) {
+            n[i] = 0;
+        }
+        else if (!int_literal(v, &n[i]) || n[i] < 0) {
+            *odd = 1;
+            return NULL;
+        }
+    }
+    PyObject *t = PyTuple_New(4);
+    for (int i = 0; t && i < 4; i++) {
+        PyObject *count = PyLong_FromLongLong(n[i]);
+        if (!count) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, count);
+    }
+    return t;
+}
+
+/* receipt_info() of a scanned receipt: a new Receipt, NULL with *odd set where it
+ * must read the parsed line, NULL alone on an error. */
+static PyObject *
+receipt_of(const ReceiptLine *r, PyObject *ts, int *odd)
+{
+    long long win = 0;
+    int has_win = 0;
+    if (r->winning.type != T_ABSENT && r->winning.type != T_NULL) {
+        if (!int_literal(&r->winning, &win)) {
+            *odd = 1;
+            return NULL;
+        }
+        has_win = 1;
+    }
+    if (r->odd || (r->attempts.type != T_ABSENT && r->attempts.type != T_NULL
+                   && r->attempts.type != T_ARR)) {
+        *odd = 1;
+        return NULL;
+    }
+    Py_ssize_t n = r->attempts.type == T_ARR ? r->natt : 0;
+    PyObject *metered = PyList_New(0);
+    if (!metered) {
+        return NULL;
+    }
+    PyObject *billed = Py_NewRef(zero_usage), *winning = Py_NewRef(Py_None), *result = NULL;
+    long failed = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Attempt *a = &r->att[i];
+        long long ordinal = 0;
+        int has_ordinal = 0;
+        if (a->ordinal.type != T_ABSENT && a->ordinal.type != T_NULL) {
+            if (!int_literal(&a->ordinal, &ordinal)) {
+                *odd = 1;
+                goto done;
+            }
+            has_ordinal = 1;
+        }
+        if (a->settlement.type == T_STR && a->settlement.esc) {
+            *odd = 1;
+            goto done;
+        }
+        PyObject *u = usage_of_attempt(a, odd);
+        if (!u) {
+            goto done;
+        }
+        int is_win = has_win && has_ordinal && ordinal == win;
+        if (is_win) {
+            Py_SETREF(winning, Py_NewRef(u));
+            has_win = 0;
+        }
+        if (u != Py_None) {
+            if (billed == zero_usage) {
+                Py_SETREF(billed, Py_NewRef(u));
+            }
+            else if (add_usage_to(&billed, u) < 0) {
+                Py_DECREF(u);
+                goto done;
+            }
+            PyObject *row = PyTuple_New(6);
+            if (!row) {
+                Py_DECREF(u);
+                goto done;
+            }
+            PyObject *items[6] = {
+                has_ordinal ? PyLong_FromLongLong(ordinal) : Py_NewRef(Py_None),
+                name_of(&a->settlement, odd), Py_NewRef(u), name_of(&a->provider, odd),
+                name_of(&a->model, odd), PyBool_FromLong(is_win)};
+            int bad = 0;
+            for (int k = 0; k < 6; k++) {
+                bad |= items[k] == NULL;
+                PyTuple_SET_ITEM(row, k, items[k]); /* a NULL item: the row is dropped */
+            }
+            bad = bad || PyList_Append(metered, row);
+            Py_DECREF(row);
+            if (bad) {
+                Py_DECREF(u);
+                goto done;
+            }
+        }
+        Py_DECREF(u);
+        if (!STR_IS(&a->settlement, "ok")) {
+            failed++;
+        }
+    }
+    {
+        PyObject *p = name_of(&r->provider, odd);
+        PyObject *m = p ? name_of(&r->model, odd) : NULL;
+        PyObject *why = m ? name_of(&r->purpose, odd) : NULL;
+        PyObject *count = why ? PyLong_FromSsize_t(n) : NULL;
+        PyObject *nfailed = count ? PyLong_FromLong(failed) : NULL;
+        if (nfailed) {
+            PyObject *values[RECEIPT_SLOTS] = {winning, billed, count, nfailed, ts, p, m, why,
+                                               metered};
+            result = slotted(receipt_type, receipt_slots, values, RECEIPT_SLOTS);
+        }
+        Py_XDECREF(p);
+        Py_XDECREF(m);
+        Py_XDECREF(why);
+        Py_XDECREF(count);
+        Py_XDECREF(nfailed);
+    }
+done:
+    Py_DECREF(metered);
+    Py_DECREF(billed);
+    Py_DECREF(winning);
+    return result;
+}
+
+/* Whether a line the grammar took has the envelope scan() takes, its kind `kind` and a
+ * valid timestamp. */
+static int
+envelope_ok(const Line *l, const char *kind, Py_ssize_t n)
+{
+    return l->kind.type == T_STR && !l->kind.esc && l->kind.n == n
+        && memcmp(l->kind.s, kind, n) == 0 && l->id.type == T_STR && l->id.n > 0
+        && !l->id.esc && (l->parent.type == T_NULL || (l->parent.type == T_STR
+                                                        && !l->parent.esc))
+        && l->ts.type == T_STR && !l->ts.esc
+        && valid_ts_ascii((const Py_UCS1 *)l->ts.s, l->ts.n)
+        && (l->prev.type == T_ABSENT || (l->prev.type == T_STR && !l->prev.esc))
+        && (l->at_turn.type == T_ABSENT || (l->at_turn.type == T_STR && !l->at_turn.esc));
+}
+
+/* The lazy entry of a line read by receipt_entry() or header_entry(): its envelope from
+ * l, kind and ts given (borrowed), its payload's view `view` (borrowed). */
+static PyObject *
+lazy_of_line(PyObject *body, Py_ssize_t size, PyObject *line, const Line *l, PyObject *kind,
+             PyObject *ts, PyObject *view)
+{
+    PyObject *digest = hex_digest(body, size);
+    PyObject *payload = digest ? new_payload(body, Py_None, view, Py_None) : NULL;
+    if (!payload) {
+        Py_XDECREF(digest);
+        return NULL;
+    }
+    PyObject *items[ENTRY_FIELDS] = {
+        Py_NewRef(line), str_of(&l->id),
+        l->parent.type == T_STR ? str_of(&l->parent) : Py_NewRef(Py_None), Py_NewRef(kind),
+        Py_NewRef(ts), l->prev.type == T_STR ? str_of(&l->prev) : Py_NewRef(Py_None),
+        l->at_turn.type == T_STR ? str_of(&l->at_turn) : Py_NewRef(Py_None), digest, payload};
+    int made = 1;
+    for (int i = 0; i < ENTRY_FIELDS; i++) {
+        made = made && items[i];
+    }
+    PyObject *entry = made ? entry_type->tp_alloc(entry_type, ENTRY_FIELDS) : NULL;
+    for (int i = 0; i < ENTRY_FIELDS; i++) {
+        if (entry) {
+            PyTuple_SET_ITEM(entry, i, items[i]); /* each a new reference, stolen */
+        }
+        else {
+            Py_XDECREF(items[i]);
+        }
+    }
+    return entry;
+}
+
+/* entry()'s work on a receipt line (see above): the lazy entry with its Receipt, or
+ * eager_entry()'s answer. */
+static PyObject *
+receipt_entry(PyObject *body, Py_ssize_t size, PyObject *line)
+{
+    const u8 *buf = (const u8 *)PyBytes_AS_STRING(body);
+    if (!receipt_type || !object_alone(buf, size)) {
+        return eager_entry(body, size, line);
+    }
+    Msg msg;
+    msg_init(&msg);
+    ReceiptLine receipt;
+    ReceiptLine *r = &receipt;
+    memset(r, 0, offsetof(ReceiptLine, att));
+    r->line.msg = &msg;
+    Cur c = {buf, buf + size, 0};
+    int dup = 0, odd = 0;
+    PyObject *entry = NULL, *ts = NULL, *info = NULL;
+    int ok = parse_keyed_object(&c, receipt_member, r, &dup) == 0 && c.p == c.end && !dup;
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    if (!ok || !envelope_ok(&r->line, "receipt", 7)) {
+        goto eager;
+    }
+    ts = str_of(&r->line.ts);
+    info = ts ? receipt_of(r, ts, &odd) : NULL;
+    if (!info) {
+        if (odd && !PyErr_Occurred()) {
+            goto eager;
+        }
+        goto done;
+    }
+    entry = lazy_of_line(body, size, line, &r->line, s_receipt, ts, info);
+    goto done;
+eager:
+    Py_XDECREF(ts);
+    msg_free(&msg);
+    return eager_entry(body, size, line);
+done:
+    Py_XDECREF(ts);
+    Py_XDECREF(info);
+    msg_free(&msg);
+    return entry;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* A header read by the kernel into what the audit reads of it (docs/audit.md,
+ * "Headers"): header_entry() validates the whole line with the grammar and keeps the
+ * envelope, session_id, cwd, and contract.model, contract.provider and
+ * contract.app_version; the entry is a lazy one whose payload's view is the tuple
+ * (session_id, cwd, model, provider, app_version), each an exact str or None, as
+ * session.py's _header_fields reads them (a value of another type: None). Everything
+ * else goes to eager_entry(), as before: a line the grammar does not take, a repeated
+ * key in the line or its contract, an escaped string among the five, a contract other
+ * than an object or null (a bad_field finding there). */
+
+typedef struct {
+    Line line;
+    Val session_id, cwd, contract, model, provider, app_version;
+    int contract_dup;
+} HeaderLine;
+
+static int
+contract_member(Cur *c, const Val *key, void *ctx)
+{
+    HeaderLine *h = (HeaderLine *)ctx;
+    Val *slot = NULL;
+    if (KEY_IS(key, "model")) {
+        slot = &h->model;
+    }
+    else if (KEY_IS(key, "provider")) {
+        slot = &h->provider;
+    }
+    else if (KEY_IS(key, "app_version")) {
+        slot = &h->app_version;
+    }
+    Val v;
+    return parse_value(c, slot ? slot : &v);
+}
+
+static int
+header_member(Cur *c, const Val *key, void *ctx)
+{
+    HeaderLine *h = (HeaderLine *)ctx;
+    if (KEY_IS(key, "session_id")) {
+        return parse_value(c, &h->session_id);
+    }
+    if (KEY_IS(key, "cwd")) {
+        return parse_value(c, &h->cwd);
+    }
+    if (KEY_IS(key, "contract")) {
+        if (c->p < c->end && *c->p == '{') {
+            h->contract.type = T_OBJ;
+            h->model.type = h->provider.type = h->app_version.type = T_ABSENT;
+            return parse_keyed_object(c, contract_member, h, &h->contract_dup);
+        }
+        return parse_value(c, &h->contract);
+    }
+    return line_member(c, key, &h->line);
+}
+
+/* A field as _header_fields reads it (its text()): an exact str, else None (a new reference);
+ * NULL with *odd set for an escaped string, NULL alone on an error. */
+static PyObject *
+header_text(const Val *v, int *odd)
+{
+    if (v->type != T_STR) {
+        return Py_NewRef(Py_None);
+    }
+    if (v->esc) {
+        *odd = 1;
+        return NULL;
+    }
+    return str_of(v);
+}
+
+/* entry()'s work on a header line (see above): the lazy entry with its fields, or
+ * eager_entry()'s answer. */
+static PyObject *
+header_entry(PyObject *body, Py_ssize_t size, PyObject *line)
+{
+    const u8 *buf = (const u8 *)PyBytes_AS_STRING(body);
+    if (!object_alone(buf, size)) {
+        return eager_entry(body, size, line);
+    }
+    Msg msg;
+    msg_init(&msg);
+    HeaderLine h;
+    memset(&h, 0, sizeof(h));
+    h.line.msg = &msg;
+    Cur c = {buf, buf + size, 0};
+    int dup = 0, odd = 0;
+    PyObject *entry = NULL, *ts = NULL, *kind = NULL, *view = NULL;
+    int ok = parse_keyed_object(&c, header_member, &h, &dup) == 0 && c.p == c.end && !dup;
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    if (!ok || h.contract_dup || !envelope_ok(&h.line, "header", 6)
+        || (h.contract.type != T_ABSENT && h.contract.type != T_NULL
+            && h.contract.type != T_OBJ)) {
+        goto eager;
+    }
+    int in_contract = h.contract.type == T_OBJ;
+    PyObject *fields[5] = {
+        header_text(&h.session_id, &odd), header_text(&h.cwd, &odd),
+        in_contract ? header_text(&h.model, &odd) : Py_NewRef(Py_None),
+        in_contract ? header_text(&h.provider, &odd) : Py_NewRef(Py_None),
+        in_contract ? header_text(&h.app_version, &odd) : Py_NewRef(Py_None)};
+    if (fields[0] && fields[1] && fields[2] && fields[3] && fields[4]) {
+        view = PyTuple_Pack(5, fields[0], fields[1], fields[2], fields[3], fields[4]);
+    }
+    for (int i = 0; i < 5; i++) {
+        Py_XDECREF(fields[i]);
+    }
+    if (!view) {
+        if (odd && !PyErr_Occurred()) {
+            goto eager;
+        }
+        goto done;
+    }
+    ts = str_of(&h.line.ts);
+    kind = ts ? str_of(&h.line.kind) : NULL;
+    if (kind) {
+        entry = lazy_of_line(body, size, line, &h.line, kind, ts, view);
+    }
+    goto done;
+eager:
+    msg_free(&msg);
+    return eager_entry(body, size, line);
+done:
+    Py_XDECREF(ts);
+    Py_XDECREF(kind);
+    Py_XDECREF(view);
+    msg_free(&msg);
+    return entry;
+}
+
 /* starts_turn(message, meta) of a user message's view: 1, 0, or -1 on an error. */
 static int
 view_starts_turn(PyObject *message, PyObject *meta)
@@ -2397,8 +3005,17 @@ node_info_impl(PyObject *const *args, Py_ssize_t nargs, int transcript)
             Py_RETURN_NONE;
         }
         PyObject *data = PyTuple_GET_ITEM(entry, 8);
+        if (Py_IS_TYPE(data, (PyTypeObject *)payload_type)) {
+            /* a receipt entry() read: its Receipt (receipt_entry), else parsed there */
+            PyObject *view = payload_view(data);
+            if (!view || Py_IS_TYPE(view, receipt_type)) {
+                return view;
+            }
+            Py_DECREF(view);
+            goto slow;
+        }
         if (!PyDict_CheckExact(data)) {
-            goto slow; /* a lazy receipt: its data parsed there */
+            goto slow;
         }
         PyObject *info = receipt_info(data, PyTuple_GET_ITEM(entry, 4));
         if (info || PyErr_Occurred()) {
@@ -3643,8 +4260,9 @@ PyInit__ckernel(void)
     s_settlement = PyUnicode_InternFromString("settlement");
     s_provider = PyUnicode_InternFromString("provider");
     s_purpose = PyUnicode_InternFromString("purpose");
+    s_receipt = PyUnicode_InternFromString("receipt");
     if (!zero_count || !s_control || !s_attempts || !s_winning_attempt || !s_ordinal
-        || !s_settlement || !s_provider || !s_purpose) {
+        || !s_settlement || !s_provider || !s_purpose || !s_receipt) {
         return NULL;
     }
     /* the usage rows' own texts (usage_rows; "message" is s_message) */

@@ -123,7 +123,9 @@ def worth_it_simdjson(body: bytes) -> bool:
     guess from its length and the kind it seems to hold; either reader gives the same
     result).
 
-    Receipts and headers are left to orjson: the audit reads their whole payload.
+    Receipts and headers are left to the entry's other readers: the audit reads more of
+    them than a scan keeps (the C kernel's entry reads a receipt into the audit's info
+    itself, docs/audit.md).
     """
     size = len(body)
     if size < MIN_BYTES:

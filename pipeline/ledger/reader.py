@@ -150,12 +150,14 @@ _sha256 = hashlib.sha256
 
 class _Payload:
     """The payload of a :class:`LazyEntry`: its stored bytes until a stage asks for the
-    data (parsed by orjson then, once), and what the audit reads of a message."""
+    data (parsed by orjson then, once), and what the audit reads of a message (a dict),
+    or of a receipt the C kernel read, the audit's info of it (docs/audit.md,
+    "Receipts")."""
 
     __slots__ = ("body", "data", "mapper", "view")
 
     def __init__(self, body: bytes | None, data: dict[str, Any] | None,
-                 view: dict[str, Any] | None,
+                 view: Any,
                  mapper: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         # Only stores the four: the C kernel makes payloads without this call (its
         # allocator and the slots' descriptors), and a test holds the two alike.
@@ -234,8 +236,20 @@ def audit_view(entry: Entry) -> dict[str, Any]:
     payload: Any = tuple.__getitem__(entry, 8)
     if type(payload) is _Payload:
         view = payload.view
-        return view if view is not None else payload.value()
+        # (a receipt the C kernel read keeps its node info there, not a dict)
+        return view if type(view) is dict else payload.value()
     return payload  # type: ignore[no-any-return]
+
+
+def header_view(entry: Entry) -> tuple[str | None, ...] | None:
+    """What the C kernel kept of a header it read (docs/audit.md, "Headers"):
+    ``(session_id, cwd, contract.model, contract.provider, contract.app_version)``, each
+    the string the payload holds there or ``None`` (absent, or of another type); ``None``
+    for an entry read otherwise (then read its ``data``)."""
+    payload: Any = tuple.__getitem__(entry, 8)
+    if type(payload) is _Payload and type(payload.view) is tuple:
+        return payload.view
+    return None
 
 
 def valid_ts(ts: object) -> TypeGuard[str]:
@@ -317,8 +331,9 @@ def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
     """
     if _worth_it is _WORTH_IT_C and _entry_c is not None:
         # The C kernel: the steps below (worth_it, scan, the timestamp, SHA-256, the
-        # entry) in one call, and for a receipt or a header parse_entry_orjson's common
-        # path; None where parse_entry_orjson must read the line and decide.
+        # entry) in one call; a receipt read into the audit's info (docs/audit.md,
+        # "Receipts"), else like a header parse_entry_orjson's common path; None where
+        # parse_entry_orjson must read the line and decide.
         entry = _entry_c(body, line)
         return (entry, False, "") if entry is not None else parse_entry_orjson(body, line)
     found = _scan(body) if _worth_it(body) else None

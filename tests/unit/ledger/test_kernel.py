@@ -23,20 +23,27 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 import pytest
 import simdjson
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from pipeline.audit.session import _node_info, audit_session
+from pipeline.audit.session import _header_fields, _info, _node_info, audit_session
 from pipeline.ledger import kernel, reader
 from pipeline.ledger import tree as tree_module
 from pipeline.ledger.entry import starts_turn
-from pipeline.ledger.reader import Entry, LazyEntry, audit_view, parse_entry, read_ledger
+from pipeline.ledger.reader import (
+    Entry,
+    LazyEntry,
+    audit_view,
+    header_view,
+    parse_entry,
+    read_ledger,
+)
 from pipeline.ledger.tree import TreeIndex
 from pipeline.ledger.types import Code, OversizeLine
 from tests.helpers.data_paths import CONFORMANCE, REAL
@@ -93,7 +100,9 @@ def same(body: bytes) -> None:
                 if type(got[0]) is LazyEntry:  # and the scan's view
                     assert tuple.__getitem__(whole, 8).view == \
                         tuple.__getitem__(got[0], 8).view
-            else:  # a receipt or a header: orjson's entry, made in C
+            elif type(whole) is LazyEntry:  # a receipt or a header read in C
+                assert_kept_as_read(whole, want[0])
+            else:  # a receipt or a header read by orjson: orjson's entry, made in C
                 assert type(whole) is Entry
                 if body.count(b"[") + body.count(b"{") < 500:
                     assert whole.data == want[0].data
@@ -114,6 +123,39 @@ def same(body: bytes) -> None:
         if message["role"] == "user":  # the audit reads the blocks of those only
             assert starts_turn(view["message"], view.get("meta")) == \
                 starts_turn(message, data.get("meta"))
+
+
+def assert_receipt_info(whole: Entry, ref: Entry) -> None:
+    """A receipt the C kernel read itself (a lazy entry): its payload's view is the node
+    info the audit makes of the whole line (no finding: else orjson would have read
+    it), its data the parsed line, and nothing reads the view as the line's data."""
+    info = tuple.__getitem__(whole, 8).view
+    bad: list[Any] = []
+    assert info == _node_info(ref, bad) and not bad
+    assert node_info_of(whole) is info
+    assert audit_view(whole) == ref.data == whole.data
+
+
+def assert_header_fields(whole: Entry, ref: Entry) -> None:
+    """A header the C kernel read itself: the fields the audit reads of it are those
+    of the parsed line, without a finding, and its data is the parsed line."""
+    bad: list[Any] = []
+    assert header_view(whole) is not None
+    assert _header_fields(whole, bad) == _header_fields(ref, bad) and not bad
+    assert audit_view(whole) == ref.data == whole.data
+
+
+def assert_kept_as_read(whole: Entry, ref: Entry) -> None:
+    """:func:`assert_receipt_info` or :func:`assert_header_fields` by the entry's kind."""
+    assert whole.kind in ("receipt", "header")
+    (assert_receipt_info if whole.kind == "receipt" else assert_header_fields)(whole, ref)
+
+
+def node_info_of(entry: Entry) -> Any:
+    bad: list[Any] = []
+    info = _info(entry, bad)
+    assert not bad
+    return info
 
 
 # -- hand-picked hostile lines -----------------------------------------------------------
@@ -782,8 +824,9 @@ def test_the_grammar_never_takes_what_orjson_refuses(value: Any, ascii_only: boo
 
 
 @needs_c
-def test_the_c_kernel_leaves_receipts_and_headers_to_orjson() -> None:
-    # Not scanned: entry() reads them with orjson (the next test).
+def test_the_c_kernel_leaves_receipts_and_headers_to_its_other_readers() -> None:
+    # Not scanned: entry() reads a receipt into its node info, a header into the fields
+    # the audit reads (the tests below).
     assert kernel.worth_it_c is not None
     for payload, wanted in ((USER, True), (ASSISTANT, True), ({"kind": "turn_card"}, True),
                             ({"kind": "receipt", "call": {}}, False),
@@ -818,22 +861,24 @@ def enveloped(payload: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]
 @needs_c
 @pytest.mark.parametrize("payload", [RECEIPT, HEADER], ids=["receipt", "header"])
 def test_the_c_kernel_reads_receipts_and_headers_as_orjson_does(payload: dict[str, Any]) -> None:
-    # Their whole payload is read by the audit: orjson parses them, called from C, and
-    # the entry is the orjson reader's own (an eager one), or None where that reader
-    # would go on to its other paths (then it reads the line itself).
+    # Read in C into what the audit reads of them (a receipt's info, a header's five
+    # fields: a lazy entry, equal to orjson's), or by orjson called from C (the orjson
+    # reader's own entry, an eager one); either is None where that reader would go on
+    # to its other paths (then it reads the line itself).
     assert kernel.entry_c is not None
     body = line(payload)
     whole = kernel.entry_c(body, 3)
-    assert type(whole) is Entry and whole == reader.parse_entry_orjson(body, 3)[0]
+    assert whole == reader.parse_entry_orjson(body, 3)[0]
     assert whole.data == {**ENVELOPE, **payload}
+    assert type(whole) is LazyEntry  # read in C, what the audit reads of it kept
+    assert_kept_as_read(whole, reader.parse_entry_orjson(body, 3)[0])
     for name in ("id", "parent_id", "kind", "ts", "prev_hash", "at_turn"):
         for value in FIELD_VALUES:
             env = enveloped(payload, {name: value})
             damaged = dumps(env)
             whole, want = kernel.entry_c(damaged, 3), reader.parse_entry_orjson(damaged, 3)
-            if whole is not None:  # (a kind other than receipt or header: scanned)
+            if whole is not None:
                 assert (whole, False, "") == want
-                assert (type(whole) is Entry) is (env["kind"] == payload["kind"])
             assert parse_entry(damaged, 3) == want
     for damaged in (body[:-1], body + b" x", body[:-1] + b',"attempts":NaN}', b"[]",
                     body[:-1] + b',"kind":{"type":"x"}}', b"\xef\xbb\xbf" + body,
@@ -857,6 +902,112 @@ def test_receipts_and_headers_with_any_envelope_read_as_orjson_reads_them(
     whole, want = kernel.entry_c(body, 9), reader.parse_entry_orjson(body, 9)
     assert whole is None or (whole, False, "") == want
     assert parse_entry(body, 9) == want
+
+
+#: Values a receipt's fields may hold (``...``: absent): what vak writes, and every type
+#: and edge the audit's info refuses or reads otherwise (19 digits: past the grammar).
+_ANY = st.sampled_from([None, ..., "x", "", "é", 1.5, True, False, [], {}, -1, 0, 1, 2,
+                        10**17, 10**19])
+_COUNT = st.one_of(st.sampled_from([None, ..., 0, 3, 10**17, -1, 1.5, True, "3", []]),
+                   st.integers(min_value=0, max_value=10**12))
+_USAGE = st.one_of(_ANY, st.fixed_dictionaries({}, optional={
+    "input_tokens": _COUNT, "output_tokens": _COUNT, "cache_read_input_tokens": _COUNT,
+    "cache_creation_input_tokens": _COUNT, "extra": _ANY}))
+_ORDINAL = st.one_of(_ANY, st.integers(min_value=-2, max_value=4))
+_NAME = st.sampled_from([None, ..., "ok", "failed", "anthropic", "é", 3, {}])
+_ATTEMPT = st.one_of(_ANY, st.fixed_dictionaries({}, optional={
+    "ordinal": _ORDINAL, "settlement": _NAME, "usage": _USAGE, "provider": _NAME,
+    "model": _NAME, "reason": _ANY, "latency_ms": _ANY}))
+#: An attempt as vak writes it.
+_VAK_ATTEMPT = st.fixed_dictionaries({
+    "ordinal": st.integers(min_value=0, max_value=3),
+    "settlement": st.sampled_from(["ok", "failed", "cancelled"])}, optional={
+    "usage": st.fixed_dictionaries({}, optional={
+        k: st.integers(min_value=0, max_value=2**40) for k in (
+            "input_tokens", "output_tokens", "cache_read_input_tokens",
+            "cache_creation_input_tokens")}),
+    "provider": st.sampled_from(["anthropic", "openai"]), "model": st.just("m"),
+    "reason": st.just("retry"), "error": st.just("connection reset by peer")})
+
+
+def read_alike(payload: dict[str, Any], edit: tuple[str, str] | None,
+               audit: Callable[[Entry, list[Any]], Any],
+               reference: Callable[[Entry, list[Any]], Any]) -> None:
+    """``payload`` in the test envelope, ``edit`` made once in its JSON text: the C
+    kernel's entry is none or the orjson reader's, and ``audit`` of it (the audit's
+    reading) gives what ``reference`` gives of the parsed line, findings included."""
+    text = dumps({**ENVELOPE, **payload}).decode()
+    if edit is not None:
+        text = text.replace(*edit, 1)
+    body = text.encode()
+    assert kernel.entry_c is not None
+    whole, want = kernel.entry_c(body, 4), reader.parse_entry_orjson(body, 4)
+    assert parse_entry(body, 4) == want
+    event("not an entry" if whole is None else type(whole).__name__)
+    if whole is None:
+        return
+    assert (whole, False, "") == want
+    got_bad: list[Any] = []
+    ref_bad: list[Any] = []
+    assert audit(whole, got_bad) == reference(want[0], ref_bad)
+    assert got_bad == ref_bad
+    if type(whole) is LazyEntry:
+        assert_kept_as_read(whole, want[0])
+
+
+def _present(obj: Any) -> Any:
+    """``obj`` without its ``...`` (absent) values, recursively."""
+    if isinstance(obj, dict):
+        return {k: _present(v) for k, v in obj.items() if v is not ...}
+    if isinstance(obj, list):
+        return [_present(v) for v in obj if v is not ...]
+    return obj
+
+
+@needs_c
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(attempts=st.one_of(st.lists(_VAK_ATTEMPT, max_size=18), _ANY,
+                         st.lists(st.one_of(_VAK_ATTEMPT, _ATTEMPT), max_size=18)),
+       winning=st.one_of(st.integers(min_value=0, max_value=3), _ORDINAL),
+       names=st.fixed_dictionaries({}, optional={"provider": _NAME, "model": _NAME,
+                                                 "purpose": _NAME}),
+       edit=st.sampled_from([None, ("\"ok\"", "\"o\\u006b\""),
+                             ("\"usage\":", "\"usage\":null,\"usage\":"),
+                             ("\"ordinal\":", "\"ordinal\":7,\"ordinal\":"),
+                             ("\"input_tokens\":", "\"input_tokens\":1,\"input_tokens\":"),
+                             ("\"attempts\":", "\"attempts\":[],\"attempts\":"),
+                             ("\"anthropic\"", "\"anthr\\u006fpic\""),
+                             ("\"settlement\"", "\"sett\\u006cement\"")]))
+def test_a_receipt_of_any_shape_gets_the_audits_info_of_the_whole_line(
+        attempts: Any, winning: Any, names: dict[str, Any], edit: tuple[str, str] | None) -> None:
+    # The C kernel's receipt (read without orjson, its view the audit's info) is the
+    # orjson reader's entry, and its info and findings are the ones the audit makes of
+    # the parsed line; anything it does not take is orjson's entry, as before.
+    read_alike(_present({"kind": "receipt", **names, "winning_attempt": winning,
+                         "attempts": attempts}), edit, _info, _node_info)
+
+
+_TEXT = st.sampled_from([None, ..., "s", "", "/home/lin/é", 3, 1.5, True, [], {"a": 1}])
+
+
+@needs_c
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fields=st.fixed_dictionaries({}, optional={"session_id": _TEXT, "cwd": _TEXT}),
+       contract=st.one_of(_TEXT, st.fixed_dictionaries({}, optional={
+           "model": _TEXT, "provider": _TEXT, "app_version": _TEXT,
+           "system_prompt": st.text(max_size=40), "tools": st.lists(_ANY, max_size=3)})),
+       edit=st.sampled_from([None, ("\"model\":", "\"model\":\"x\",\"model\":"),
+                             ("\"cwd\":", "\"cwd\":\"x\",\"cwd\":"),
+                             ("\"s\"", "\"\\u0073\""),
+                             ("\"contract\":", "\"contract\":null,\"contract\":"),
+                             ("\"provider\"", "\"pr\\u006fvider\"")]))
+def test_a_header_of_any_shape_gives_the_audit_the_fields_of_the_whole_line(
+        fields: dict[str, Any], contract: Any, edit: tuple[str, str] | None) -> None:
+    # The C kernel's header (read without orjson, its view the five fields the audit
+    # reads) is the orjson reader's entry, and those fields and their findings are the
+    # ones the audit reads from the parsed line; anything it does not take is orjson's.
+    read_alike(_present({"kind": "header", **fields, "contract": contract}), edit,
+               _header_fields, _header_fields)
 
 
 @pytest.mark.parametrize("forced", ["", "c", "simdjson", "orjson", "nonsense"])
