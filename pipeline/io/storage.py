@@ -33,6 +33,7 @@ from pipeline.errors import (
     UsageError,
 )
 from pipeline.io.segments import directory_version, segment_lines
+from pipeline.ledger.kernel import guarded_c
 from pipeline.ledger.keys import KeyProvider
 from pipeline.ledger.layout import (
     LAYOUTS,
@@ -672,28 +673,47 @@ def guarded_lines(f: Any, max_line_bytes: int = MAX_LINE_BYTES,
     held whole, and yielded as an :class:`~pipeline.ledger.types.OversizeLine` in its place,
     so line numbers stay physical. ``tap`` gets every byte as read: each line, and an
     over-long line piece by piece.
+
+    The loop is the C kernel's (``guarded_c``: no Python frame per line, ~2% of a vak
+    audit's task; docs/scaling.md) where it built, else :func:`_guarded_lines`; either
+    hands an over-long line to :func:`_rest_skipped`.
     """
     readline = f.readline
-    limit = max_line_bytes
+    if guarded_c is not None:
+        return guarded_c(readline, max_line_bytes, tap,
+                         partial(_rest_skipped, readline, max_line_bytes, tap))
+    return _guarded_lines(readline, max_line_bytes, tap)
+
+
+def _guarded_lines(readline: Callable[[int], bytes], limit: int,
+                   tap: Tap | None) -> Iterator[bytes]:
+    """:func:`guarded_lines` in Python (where the C kernel did not build)."""
     # readline from C, one Python check per line: the guard costs ~0.1 us a line.
     for line in iter(partial(readline, limit + 1), b""):
         if len(line) > limit and line[-1:] != b"\n":
-            size = len(line)
-            if tap is not None:
-                tap(line)
-            line = b""  # dropped before the rest is read: one piece in memory at a time
-            while True:
-                piece = readline(SKIP_PIECE_BYTES)
-                size += len(piece)
-                if tap is not None and piece:
-                    tap(piece)
-                if not piece or piece[-1:] == b"\n":
-                    break
-            yield OversizeLine(size, limit, terminated=bool(piece))
+            yield _rest_skipped(readline, limit, tap, line)
             continue
         if tap is not None:
             tap(line)
         yield line
+
+
+def _rest_skipped(readline: Callable[[int], bytes], limit: int, tap: Tap | None,
+                  line: bytes) -> OversizeLine:
+    """The marker of an over-long line whose first ``line`` bytes were read: the rest
+    is read (and tapped) :data:`SKIP_PIECE_BYTES` at a time, never held whole."""
+    size = len(line)
+    if tap is not None:
+        tap(line)
+    del line  # dropped before the rest is read: one piece in memory at a time
+    while True:
+        piece = readline(SKIP_PIECE_BYTES)
+        size += len(piece)
+        if tap is not None and piece:
+            tap(piece)
+        if not piece or piece[-1:] == b"\n":
+            break
+    return OversizeLine(size, limit, terminated=bool(piece))
 
 
 @contextmanager

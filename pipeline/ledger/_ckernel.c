@@ -3580,6 +3580,141 @@ ckernel_pushback(PyObject *Py_UNUSED(module), PyObject *lines)
     return (PyObject *)self;
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* A binary file's physical lines under the line limit (pipeline/io/storage.py,
+ * guarded_lines; docs/scaling.md, "The line guard in C"):
+ *
+ *     guarded(readline, limit, tap, oversize) -> Guarded
+ *
+ * iterates readline(limit + 1) until it gives b"": a line of at most `limit` bytes, or
+ * with its newline within limit + 1, is given to tap (unless tap is None) and yielded;
+ * a longer one is handed to oversize(line), whose answer (the marker that stands for
+ * the line, once it has read and tapped the rest) is yielded in its place. The same
+ * lines, the same bytes tapped in the same order, as the generator it stands for, with
+ * no Python frame per line. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *readline;
+    PyObject *request; /* limit + 1, an int */
+    PyObject *tap;     /* NULL: none */
+    PyObject *oversize;
+    Py_ssize_t limit;
+    int done;
+} GuardedObject;
+
+static int
+guarded_traverse(GuardedObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->readline);
+    Py_VISIT(self->request);
+    Py_VISIT(self->tap);
+    Py_VISIT(self->oversize);
+    return 0;
+}
+
+static int
+guarded_clear(GuardedObject *self)
+{
+    Py_CLEAR(self->readline);
+    Py_CLEAR(self->request);
+    Py_CLEAR(self->tap);
+    Py_CLEAR(self->oversize);
+    return 0;
+}
+
+static void
+guarded_dealloc(GuardedObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    guarded_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+guarded_next(GuardedObject *self)
+{
+    if (self->done) {
+        return NULL;
+    }
+    PyObject *line = PyObject_CallOneArg(self->readline, self->request);
+    if (!line) {
+        return NULL;
+    }
+    if (!PyBytes_Check(line)) {
+        PyErr_Format(PyExc_TypeError, "readline() gave %.100s, not bytes",
+                     Py_TYPE(line)->tp_name);
+        Py_DECREF(line);
+        return NULL;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(line);
+    if (n == 0) {
+        Py_DECREF(line);
+        self->done = 1;
+        return NULL;
+    }
+    if (n > self->limit && PyBytes_AS_STRING(line)[n - 1] != '\n') {
+        PyObject *marker = PyObject_CallOneArg(self->oversize, line);
+        Py_DECREF(line);
+        return marker;
+    }
+    if (self->tap) {
+        PyObject *seen = PyObject_CallOneArg(self->tap, line);
+        if (!seen) {
+            Py_DECREF(line);
+            return NULL;
+        }
+        Py_DECREF(seen);
+    }
+    return line;
+}
+
+static PyTypeObject GuardedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pipeline.ledger._ckernel.Guarded",
+    .tp_basicsize = sizeof(GuardedObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A binary file's physical lines under the line limit (guarded()).",
+    .tp_traverse = (traverseproc)guarded_traverse,
+    .tp_clear = (inquiry)guarded_clear,
+    .tp_dealloc = (destructor)guarded_dealloc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)guarded_next,
+};
+
+static PyObject *
+ckernel_guarded(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t limit = nargs == 4 && PyLong_CheckExact(args[1])
+                           ? PyLong_AsSsize_t(args[1]) : -1;
+    if (limit < 0 || limit == PY_SSIZE_T_MAX || !PyCallable_Check(args[0])
+        || !(args[2] == Py_None || PyCallable_Check(args[2])) || !PyCallable_Check(args[3])) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "guarded() wants readline, a limit (an int from "
+                                             "0), tap (or None) and oversize");
+        }
+        return NULL;
+    }
+    PyObject *request = PyLong_FromSsize_t(limit + 1);
+    if (!request) {
+        return NULL;
+    }
+    GuardedObject *self = PyObject_GC_New(GuardedObject, &GuardedType);
+    if (!self) {
+        Py_DECREF(request);
+        return NULL;
+    }
+    self->readline = Py_NewRef(args[0]);
+    self->request = request;
+    self->tap = args[2] == Py_None ? NULL : Py_NewRef(args[2]);
+    self->oversize = Py_NewRef(args[3]);
+    self->limit = limit;
+    self->done = 0;
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
 static PyObject *
 ckernel_run(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -4140,6 +4275,9 @@ static PyMethodDef ckernel_methods[] = {
      "transcript_info(entry, bad) -> info: the audit's node info of a common entry an "
      "adapter made, with a request's key, one-hour writes and mirror, else "
      "transcript_slow(entry, bad)'s."},
+    {"guarded", (PyCFunction)(void (*)(void))ckernel_guarded, METH_FASTCALL,
+     "guarded(readline, limit, tap, oversize) -> Guarded: a binary file's physical lines "
+     "under the line limit, an over-long one as oversize(line) makes it."},
     {"pushback", ckernel_pushback, METH_O,
      "pushback(lines) -> Lines: an iterator of lines that run() can give one back to."},
     {"run", (PyCFunction)(void (*)(void))ckernel_run, METH_FASTCALL,
@@ -4294,6 +4432,9 @@ PyInit__ckernel(void)
         if (!cc_scalar_keys[i]) {
             return NULL;
         }
+    }
+    if (PyType_Ready(&GuardedType) < 0) {
+        return NULL;
     }
     if (PyType_Ready(&LinesType) < 0) {
         return NULL;

@@ -38,7 +38,7 @@ import simdjson
 __all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS",
            "activity_run_c", "any_in_c", "chained_c", "configure_c", "configure_info_c",
            "configure_kind_data_c", "configure_tree_c", "direct_sha256_c", "entry_c",
-           "figures_c", "kind_data_c", "lazy_c", "node_info_c",
+           "figures_c", "guarded_c", "kind_data_c", "lazy_c", "node_info_c",
            "parse_object", "pushback_c", "run_c", "scan", "scan_c", "scan_simdjson",
            "scan_transcript_c", "sha256_hex_c", "transcript_info_c", "tree_add_c",
            "usage_rows_c", "use",
@@ -273,6 +273,11 @@ valid_c: Callable[[bytes], bool] | None
 #: bytes as the entries' are made (``sha256_hex_c(body)``); or ``None``.
 direct_sha256_c: Callable[..., bool] | None
 sha256_hex_c: Callable[[bytes], str] | None
+#: pipeline/io/storage.py's guarded_lines loop in C (``guarded_c(readline, limit, tap,
+#: oversize)``: the lines readline(limit + 1) gives, tapped, an over-long one as
+#: ``oversize(line)`` makes it), or ``None``.
+guarded_c: Callable[[Callable[[int], bytes], int, Callable[[bytes], object] | None,
+                     Callable[[bytes], bytes]], Iterator[bytes]] | None
 #: reader.lazy_entry's entry built in C (the same arguments), or ``None``.
 lazy_c: Callable[..., Any] | None
 configure_c: Callable[[type[Any], type[Any], Callable[[bytes], Any], type[Any]], None] | None
@@ -291,6 +296,7 @@ try:
     from pipeline.ledger._ckernel import direct_sha256 as direct_sha256_c
     from pipeline.ledger._ckernel import entry as entry_c
     from pipeline.ledger._ckernel import figures as figures_c
+    from pipeline.ledger._ckernel import guarded as guarded_c
     from pipeline.ledger._ckernel import kind_data as kind_data_c
     from pipeline.ledger._ckernel import lazy as lazy_c
     from pipeline.ledger._ckernel import node_info as node_info_c
@@ -309,7 +315,7 @@ except ImportError:  # not built here (no compiler at install): simdjson stands 
     any_in_c = chained_c = valid_c = tree_add_c = configure_tree_c = None
     node_info_c = configure_info_c = run_c = pushback_c = direct_sha256_c = sha256_hex_c = None
     figures_c = usage_rows_c = activity_run_c = kind_data_c = configure_kind_data_c = None
-    transcript_info_c = None
+    transcript_info_c = guarded_c = None
 
 
 def _scan_none(body: bytes) -> None:

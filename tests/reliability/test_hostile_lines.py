@@ -34,6 +34,7 @@ from pipeline.audit.session import audit_session
 from pipeline.cli import run
 from pipeline.io.commit import read_dataset
 from pipeline.io.storage import MAX_LINE_BYTES, SessionObject, guarded_lines, resolve
+from pipeline.ledger import kernel
 from pipeline.ledger.layout import parse_session_path
 from pipeline.ledger.reader import MAX_DETAIL_CHARS, Entry, read_ledger
 from pipeline.ledger.types import OversizeLine, Severity
@@ -191,19 +192,32 @@ lines_strategy = st.lists(st.binary(max_size=60).map(lambda b: b.replace(b"\n", 
                           max_size=12)
 
 
+#: The line guard's loop: the C kernel's, and the Python one that stands in where the
+#: extension did not build.
+GUARDS = [pytest.param("c", marks=pytest.mark.skipif(kernel.guarded_c is None,
+                                                     reason="the C kernel did not build here")),
+          "python"]
+
+
+@pytest.mark.parametrize("guard", GUARDS)
 @settings(max_examples=300, deadline=None)
-@given(lines=lines_strategy, limit=st.integers(1, 40), torn=st.booleans(),
-       piece=st.integers(1, 7))
+@given(lines=lines_strategy, limit=st.integers(0, 40), torn=st.booleans(),
+       piece=st.integers(1, 7), tap=st.booleans())
 def test_the_line_guard_yields_every_line_or_a_marker_and_taps_every_byte(
-        lines: list[bytes], limit: int, torn: bool, piece: int) -> None:
+        guard: str, lines: list[bytes], limit: int, torn: bool, piece: int,
+        tap: bool) -> None:
     import pipeline.io.storage as storage
 
     data = b"\n".join(lines) + (b"" if torn or not lines else b"\n")
     tapped: list[bytes] = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(storage, "SKIP_PIECE_BYTES", piece)  # many pieces for small lines
-        got = list(guarded_lines(io.BytesIO(data), limit, tapped.append))
-    assert b"".join(tapped) == data
+        if guard == "python":
+            mp.setattr(storage, "guarded_c", None)
+        it = guarded_lines(io.BytesIO(data), limit, tapped.append if tap else None)
+        got = list(it)
+        assert next(it, None) is None  # and stays done
+    assert b"".join(tapped) == (data if tap else b"")
     physical = list(io.BytesIO(data))
     assert len(got) == len(physical)
     for line, real in zip(got, physical, strict=True):
@@ -438,3 +452,31 @@ def test_a_valid_instant_past_nanoseconds_is_a_null_timestamp(tmp_path: Path) ->
         [("entries", pa.int64()), ("first_ts", pa.int64()), ("last_ts", pa.int64())]))
     (got,) = row.to_pylist()
     assert got["entries"] == 2 and got["first_ts"] is None and got["last_ts"] is not None
+
+
+@pytest.mark.parametrize("guard", GUARDS)
+def test_the_line_guard_lets_what_its_file_and_tap_raise_through(
+        guard: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A read that fails (a replaced S3 object, a dead disk) and a tap that fails (a
+    # spool out of space) end the lines with their own error, as the file gives it.
+    import pipeline.io.storage as storage
+
+    if guard == "python":
+        monkeypatch.setattr(storage, "guarded_c", None)
+
+    class Failing(io.BytesIO):
+        def readline(self, size: int | None = -1) -> bytes:
+            if self.tell():
+                raise OSError("the disk went away")
+            return super().readline(size)
+
+    it = guarded_lines(Failing(b"one\ntwo\n"), 100)
+    assert next(it) == b"one\n"
+    with pytest.raises(OSError, match="went away"):
+        next(it)
+
+    def full(data: bytes) -> None:
+        raise OSError("no space left on the spool")
+
+    with pytest.raises(OSError, match="no space"):
+        list(guarded_lines(io.BytesIO(b"one\n"), 100, full))
