@@ -3582,7 +3582,8 @@ ckernel_pushback(PyObject *Py_UNUSED(module), PyObject *lines)
 
 /* ------------------------------------------------------------------------------------ */
 /* A binary file's physical lines under the line limit (pipeline/io/storage.py,
- * guarded_lines; docs/scaling.md, "The line guard in C"):
+ * guarded_lines; docs/scaling.md, "Receipts and headers without orjson, the line
+ * guard in C"):
  *
  *     guarded(readline, limit, tap, oversize) -> Guarded
  *
