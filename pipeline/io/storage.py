@@ -674,7 +674,7 @@ def guarded_lines(f: Any, max_line_bytes: int = MAX_LINE_BYTES,
     so line numbers stay physical. ``tap`` gets every byte as read: each line, and an
     over-long line piece by piece.
 
-    The loop is the C kernel's (``guarded_c``: no Python frame per line, ~2% of a vak
+    The loop is the C kernel's (``guarded_c``: no Python frame per line, ~1% of a vak
     audit's task; docs/scaling.md) where it built, else :func:`_guarded_lines`; either
     hands an over-long line to :func:`_rest_skipped`.
     """

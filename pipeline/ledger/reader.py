@@ -151,8 +151,8 @@ _sha256 = hashlib.sha256
 class _Payload:
     """The payload of a :class:`LazyEntry`: its stored bytes until a stage asks for the
     data (parsed by orjson then, once), and what the audit reads of a message (a dict),
-    or of a receipt the C kernel read, the audit's info of it (docs/audit.md,
-    "Receipts")."""
+    or of a receipt or a header the C kernel read (the receipt's node info; the header's
+    five fields, :func:`header_view`: docs/audit.md, "Receipts", "Headers")."""
 
     __slots__ = ("body", "data", "mapper", "view")
 
@@ -236,7 +236,7 @@ def audit_view(entry: Entry) -> dict[str, Any]:
     payload: Any = tuple.__getitem__(entry, 8)
     if type(payload) is _Payload:
         view = payload.view
-        # (a receipt the C kernel read keeps its node info there, not a dict)
+        # (a receipt or a header the C kernel read keeps no dict there)
         return view if type(view) is dict else payload.value()
     return payload  # type: ignore[no-any-return]
 
@@ -331,9 +331,9 @@ def parse_entry(body: bytes, line: int) -> tuple[Entry | None, bool, str]:
     """
     if _worth_it is _WORTH_IT_C and _entry_c is not None:
         # The C kernel: the steps below (worth_it, scan, the timestamp, SHA-256, the
-        # entry) in one call; a receipt read into the audit's info (docs/audit.md,
-        # "Receipts"), else like a header parse_entry_orjson's common path; None where
-        # parse_entry_orjson must read the line and decide.
+        # entry) in one call; a receipt or a header read into what the audit reads of
+        # it (docs/audit.md, "Receipts", "Headers"), else parse_entry_orjson's common
+        # path; None where parse_entry_orjson must read the line and decide.
         entry = _entry_c(body, line)
         return (entry, False, "") if entry is not None else parse_entry_orjson(body, line)
     found = _scan(body) if _worth_it(body) else None
