@@ -869,6 +869,21 @@ fail:
     return NULL;
 }
 
+/* Whether a line's envelope is the shape scan() takes: id and kind non-empty strings,
+ * parent_id a string or null, ts a string, prev_hash and at_turn strings or absent
+ * (optional fields are omitted when absent, never null: spec section 2; a null one is
+ * refused by the orjson reader's checks, which then say why), none of them escaped. */
+static int
+envelope_shape_ok(const Line *l)
+{
+    return l->id.type == T_STR && l->id.n > 0 && !l->id.esc
+        && (l->parent.type == T_NULL || (l->parent.type == T_STR && !l->parent.esc))
+        && l->kind.type == T_STR && l->kind.n > 0 && !l->kind.esc
+        && l->ts.type == T_STR && !l->ts.esc
+        && (l->prev.type == T_ABSENT || (l->prev.type == T_STR && !l->prev.esc))
+        && (l->at_turn.type == T_ABSENT || (l->at_turn.type == T_STR && !l->at_turn.esc));
+}
+
 /* A returned envelope string (T_STR, no escape), Py_None for null/absent handled by
  * the caller. */
 static PyObject *
@@ -889,14 +904,7 @@ scan_impl(const u8 *buf, Py_ssize_t size)
     if (PyErr_Occurred()) { /* the blocks' allocation failed */
         goto done;
     }
-    /* Optional fields are omitted when absent, never null (spec section 2): a null one
-     * is refused by the orjson reader's checks, which then say why. */
-    if (!ok || l.id.type != T_STR || l.id.n == 0 || l.id.esc
-        || (l.parent.type != T_NULL && (l.parent.type != T_STR || l.parent.esc))
-        || l.kind.type != T_STR || l.kind.n == 0 || l.kind.esc
-        || l.ts.type != T_STR || l.ts.esc
-        || (l.prev.type != T_ABSENT && (l.prev.type != T_STR || l.prev.esc))
-        || (l.at_turn.type != T_ABSENT && (l.at_turn.type != T_STR || l.at_turn.esc))) {
+    if (!ok || !envelope_shape_ok(&l)) {
         result = Py_NewRef(Py_None);
         goto done;
     }
@@ -2225,6 +2233,61 @@ interned_name(PyObject *v)
 /* A dict's value at `key`, borrowed, or NULL: absent, or with an error set. */
 #define GET(d, key) PyDict_GetItemWithError((d), (key))
 
+/* An attempt with a usage u, into the receipt being made: u added to *billed and its row
+ * (ordinal, settlement, u, provider, model, is_win) appended to metered. The four
+ * objects given are new references, taken (NULL: one could not be made); 0, or -1. */
+static int
+meter(PyObject *metered, PyObject **billed, PyObject *u, int is_win, PyObject *ordinal,
+      PyObject *settlement, PyObject *provider, PyObject *model)
+{
+    PyObject *row = ordinal && settlement && provider && model ? PyTuple_New(6) : NULL;
+    if (!row) {
+        Py_XDECREF(ordinal);
+        Py_XDECREF(settlement);
+        Py_XDECREF(provider);
+        Py_XDECREF(model);
+        return -1;
+    }
+    PyTuple_SET_ITEM(row, 0, ordinal);
+    PyTuple_SET_ITEM(row, 1, settlement);
+    PyTuple_SET_ITEM(row, 2, Py_NewRef(u));
+    PyTuple_SET_ITEM(row, 3, provider);
+    PyTuple_SET_ITEM(row, 4, model);
+    PyTuple_SET_ITEM(row, 5, PyBool_FromLong(is_win));
+    int failed = PyList_Append(metered, row);
+    Py_DECREF(row);
+    if (failed) {
+        return -1;
+    }
+    if (*billed == zero_usage) {
+        Py_SETREF(*billed, Py_NewRef(u));
+        return 0;
+    }
+    return add_usage_to(billed, u);
+}
+
+/* The Receipt of its parts: the names (provider, model, purpose) new references, taken
+ * (NULL: one could not be made); the rest borrowed. A new reference, NULL on a failure. */
+static PyObject *
+new_receipt(PyObject *winning, PyObject *billed, Py_ssize_t n, long failed, PyObject *ts,
+            PyObject *provider, PyObject *model, PyObject *purpose, PyObject *metered)
+{
+    PyObject *result = NULL;
+    PyObject *count = provider && model && purpose ? PyLong_FromSsize_t(n) : NULL;
+    PyObject *nfailed = count ? PyLong_FromLong(failed) : NULL;
+    if (nfailed) {
+        PyObject *values[RECEIPT_SLOTS] = {winning, billed, count, nfailed, ts, provider, model,
+                                           purpose, metered};
+        result = slotted(receipt_type, receipt_slots, values, RECEIPT_SLOTS);
+    }
+    Py_XDECREF(count);
+    Py_XDECREF(nfailed);
+    Py_XDECREF(provider);
+    Py_XDECREF(model);
+    Py_XDECREF(purpose);
+    return result;
+}
+
 /* _receipt_info of a receipt read whole (its data the parsed dict): a new Receipt; NULL
  * without an error where the Python function would make a finding (it then decides),
  * NULL with one on a failure. */
@@ -2277,33 +2340,12 @@ receipt_info(PyObject *data, PyObject *ts)
             win = NULL;
         }
         if (u != Py_None) {
-            if (billed == zero_usage) {
-                Py_SETREF(billed, Py_NewRef(u));
-            }
-            else if (add_usage_to(&billed, u) < 0) {
-                Py_DECREF(u);
-                goto done;
-            }
-            PyObject *provider = !PyErr_Occurred() ? GET(att, s_provider) : NULL;
+            PyObject *provider = GET(att, s_provider);
             PyObject *model = !PyErr_Occurred() ? GET(att, s_model) : NULL;
-            if (PyErr_Occurred()) {
-                Py_DECREF(u);
-                goto done;
-            }
-            PyObject *row = PyTuple_New(6);
-            if (!row) {
-                Py_DECREF(u);
-                goto done;
-            }
-            PyTuple_SET_ITEM(row, 0, Py_NewRef(ordinal ? ordinal : Py_None));
-            PyTuple_SET_ITEM(row, 1, interned_name(settlement));
-            PyTuple_SET_ITEM(row, 2, Py_NewRef(u));
-            PyTuple_SET_ITEM(row, 3, interned_name(provider));
-            PyTuple_SET_ITEM(row, 4, interned_name(model));
-            PyTuple_SET_ITEM(row, 5, PyBool_FromLong(is_win));
-            int bad = PyList_Append(metered, row);
-            Py_DECREF(row);
-            if (bad) {
+            if (PyErr_Occurred()
+                || meter(metered, &billed, u, is_win, Py_NewRef(ordinal ? ordinal : Py_None),
+                         interned_name(settlement), interned_name(provider),
+                         interned_name(model)) < 0) {
                 Py_DECREF(u);
                 goto done;
             }
@@ -2318,22 +2360,10 @@ receipt_info(PyObject *data, PyObject *ts)
         PyObject *provider = GET(data, s_provider);
         PyObject *model = !PyErr_Occurred() ? GET(data, s_model) : NULL;
         PyObject *purpose = !PyErr_Occurred() ? GET(data, s_purpose) : NULL;
-        if (PyErr_Occurred()) {
-            goto done;
+        if (!PyErr_Occurred()) {
+            result = new_receipt(winning, billed, n, failed, ts, interned_name(provider),
+                                 interned_name(model), interned_name(purpose), metered);
         }
-        PyObject *count = PyLong_FromSsize_t(n), *nfailed = PyLong_FromLong(failed);
-        PyObject *p = interned_name(provider), *m = interned_name(model),
-                 *why = interned_name(purpose);
-        if (count && nfailed) {
-            PyObject *values[RECEIPT_SLOTS] = {winning, billed, count, nfailed, ts, p, m, why,
-                                               metered};
-            result = slotted(receipt_type, receipt_slots, values, RECEIPT_SLOTS);
-        }
-        Py_XDECREF(count);
-        Py_XDECREF(nfailed);
-        Py_DECREF(p);
-        Py_DECREF(m);
-        Py_DECREF(why);
     }
 done:
     Py_DECREF(metered);
@@ -2406,10 +2436,7 @@ attempt_member(Cur *c, const Val *key, void *ctx)
     case 5:
         if (KEY_IS(key, "usage")) {
             if (c->p < c->end && *c->p == '{') {
-                a->usage.type = T_OBJ;
-                for (int i = 0; i < 4; i++) {
-                    a->counts[i].type = T_ABSENT; /* a repeated usage key: a->dup anyway */
-                }
+                a->usage.type = T_OBJ; /* its counts start absent (attempt_item) */
                 return parse_keyed_object(c, usage_member, a, &a->dup);
             }
             slot = &a->usage;
@@ -2629,34 +2656,13 @@ receipt_of(const ReceiptLine *r, PyObject *ts, int *odd)
             Py_SETREF(winning, Py_NewRef(u));
             has_win = 0;
         }
-        if (u != Py_None) {
-            if (billed == zero_usage) {
-                Py_SETREF(billed, Py_NewRef(u));
-            }
-            else if (add_usage_to(&billed, u) < 0) {
-                Py_DECREF(u);
-                goto done;
-            }
-            PyObject *row = PyTuple_New(6);
-            if (!row) {
-                Py_DECREF(u);
-                goto done;
-            }
-            PyObject *items[6] = {
-                has_ordinal ? PyLong_FromLongLong(ordinal) : Py_NewRef(Py_None),
-                name_of(&a->settlement, odd), Py_NewRef(u), name_of(&a->provider, odd),
-                name_of(&a->model, odd), PyBool_FromLong(is_win)};
-            int bad = 0;
-            for (int k = 0; k < 6; k++) {
-                bad |= items[k] == NULL;
-                PyTuple_SET_ITEM(row, k, items[k]); /* a NULL item: the row is dropped */
-            }
-            bad = bad || PyList_Append(metered, row);
-            Py_DECREF(row);
-            if (bad) {
-                Py_DECREF(u);
-                goto done;
-            }
+        if (u != Py_None
+            && meter(metered, &billed, u, is_win,
+                     has_ordinal ? PyLong_FromLongLong(ordinal) : Py_NewRef(Py_None),
+                     name_of(&a->settlement, odd), name_of(&a->provider, odd),
+                     name_of(&a->model, odd)) < 0) {
+            Py_DECREF(u);
+            goto done;
         }
         Py_DECREF(u);
         if (!STR_IS(&a->settlement, "ok")) {
@@ -2667,18 +2673,7 @@ receipt_of(const ReceiptLine *r, PyObject *ts, int *odd)
         PyObject *p = name_of(&r->provider, odd);
         PyObject *m = p ? name_of(&r->model, odd) : NULL;
         PyObject *why = m ? name_of(&r->purpose, odd) : NULL;
-        PyObject *count = why ? PyLong_FromSsize_t(n) : NULL;
-        PyObject *nfailed = count ? PyLong_FromLong(failed) : NULL;
-        if (nfailed) {
-            PyObject *values[RECEIPT_SLOTS] = {winning, billed, count, nfailed, ts, p, m, why,
-                                               metered};
-            result = slotted(receipt_type, receipt_slots, values, RECEIPT_SLOTS);
-        }
-        Py_XDECREF(p);
-        Py_XDECREF(m);
-        Py_XDECREF(why);
-        Py_XDECREF(count);
-        Py_XDECREF(nfailed);
+        result = new_receipt(winning, billed, n, failed, ts, p, m, why, metered);
     }
 done:
     Py_DECREF(metered);
@@ -2687,19 +2682,13 @@ done:
     return result;
 }
 
-/* Whether a line the grammar took has the envelope scan() takes, its kind `kind` and a
- * valid timestamp. */
+/* Whether a line the grammar took has the envelope scan() takes (envelope_shape_ok),
+ * its kind `kind` and a valid timestamp. */
 static int
 envelope_ok(const Line *l, const char *kind, Py_ssize_t n)
 {
-    return l->kind.type == T_STR && !l->kind.esc && l->kind.n == n
-        && memcmp(l->kind.s, kind, n) == 0 && l->id.type == T_STR && l->id.n > 0
-        && !l->id.esc && (l->parent.type == T_NULL || (l->parent.type == T_STR
-                                                        && !l->parent.esc))
-        && l->ts.type == T_STR && !l->ts.esc
-        && valid_ts_ascii((const Py_UCS1 *)l->ts.s, l->ts.n)
-        && (l->prev.type == T_ABSENT || (l->prev.type == T_STR && !l->prev.esc))
-        && (l->at_turn.type == T_ABSENT || (l->at_turn.type == T_STR && !l->at_turn.esc));
+    return envelope_shape_ok(l) && l->kind.n == n && memcmp(l->kind.s, kind, n) == 0
+        && valid_ts_ascii((const Py_UCS1 *)l->ts.s, l->ts.n);
 }
 
 /* The lazy entry of a line read by receipt_entry() or header_entry(): its envelope from
@@ -2828,8 +2817,7 @@ header_member(Cur *c, const Val *key, void *ctx)
     }
     if (KEY_IS(key, "contract")) {
         if (c->p < c->end && *c->p == '{') {
-            h->contract.type = T_OBJ;
-            h->model.type = h->provider.type = h->app_version.type = T_ABSENT;
+            h->contract.type = T_OBJ; /* its fields start absent (header_entry) */
             return parse_keyed_object(c, contract_member, h, &h->contract_dup);
         }
         return parse_value(c, &h->contract);
