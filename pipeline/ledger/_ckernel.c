@@ -4247,7 +4247,207 @@ ckernel_any_in(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
     Py_RETURN_FALSE;
 }
 
+/* ---- rows as Arrow columns ------------------------------------------------------------
+ * columns(rows, kinds): the columns of ``rows`` (a list of tuples, each one value per
+ * letter of ``kinds``: 's' a string, 'i' an int32, 'l' an int64, 'b' a bool; None is
+ * null in any) as the buffers of Arrow arrays, for pyarrow's Array.from_buffers: per
+ * column (null_count, validity or None, values, data or None), a string's values its
+ * int32 offsets and its data the UTF-8. pipeline/tables/schemas.py's usage table: the
+ * same arrays as pyarrow's conversion of the rows (a test holds them alike). None where
+ * a row or a value is anything else (a str subclass, an int past its column, a lone
+ * surrogate, a bool where an int goes, 2 GiB of one column's text): pyarrow converts
+ * those rows and decides, as it always did. One pass over the rows, row by row: a
+ * column at a time would walk every row's tuple and values once per column. */
+
+#define MAX_COLUMNS 64
+
+typedef struct {
+    char kind;
+    Py_ssize_t nulls;
+    Py_ssize_t chars; /* a string column's bytes so far */
+    PyObject *validity, *values, *data; /* bytes; data: a string column's, grown */
+} Column;
+
+static void
+columns_free(Column *cols, Py_ssize_t width)
+{
+    for (Py_ssize_t j = 0; j < width; j++) {
+        Py_CLEAR(cols[j].validity);
+        Py_CLEAR(cols[j].values);
+        Py_CLEAR(cols[j].data);
+    }
+}
+
+/* A new bytes object of ``n`` zero bytes, as a column's buffer. */
+static PyObject *
+zeroed_bytes(Py_ssize_t n)
+{
+    PyObject *b = PyBytes_FromStringAndSize(NULL, n);
+    if (b) {
+        memset(PyBytes_AS_STRING(b), 0, (size_t)n);
+    }
+    return b;
+}
+
+/* Value ``v`` (not None) of row ``i`` into its column; 0 where it does not fit (no error
+ * set), -1 on an error. */
+static int
+column_put(Column *col, Py_ssize_t i, PyObject *v)
+{
+    char *out = PyBytes_AS_STRING(col->values);
+    switch (col->kind) {
+    case 's': {
+        if (!PyUnicode_CheckExact(v)) {
+            return 0;
+        }
+        Py_ssize_t len;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(v, &len);
+        if (!utf8) {
+            PyErr_Clear(); /* a lone surrogate: no UTF-8 */
+            return 0;
+        }
+        if (len > INT32_MAX - col->chars) {
+            return 0;
+        }
+        Py_ssize_t room = PyBytes_GET_SIZE(col->data);
+        if (col->chars + len > room) {
+            Py_ssize_t want = room * 2 > col->chars + len ? room * 2 : col->chars + len;
+            if (_PyBytes_Resize(&col->data, want) < 0) {
+                return -1;
+            }
+        }
+        memcpy(PyBytes_AS_STRING(col->data) + col->chars, utf8, (size_t)len);
+        col->chars += len;
+        int32_t end = (int32_t)col->chars;
+        memcpy(out + (i + 1) * 4, &end, 4);
+        return 1;
+    }
+    case 'i':
+    case 'l': {
+        if (!PyLong_CheckExact(v)) {
+            return 0;
+        }
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (col->kind == 'l') {
+            int64_t x64 = x;
+            memcpy(out + i * 8, &x64, 8);
+            return 1;
+        }
+        if (x < INT32_MIN || x > INT32_MAX) {
+            return 0;
+        }
+        int32_t x32 = (int32_t)x;
+        memcpy(out + i * 4, &x32, 4);
+        return 1;
+    }
+    default: /* 'b' */
+        if (v != Py_True && v != Py_False) {
+            return 0;
+        }
+        if (v == Py_True) {
+            out[i >> 3] |= (char)(1u << (i & 7));
+        }
+        return 1;
+    }
+}
+
+static PyObject *
+ckernel_columns(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])
+        || PyBytes_GET_SIZE(args[1]) > MAX_COLUMNS) {
+        PyErr_SetString(PyExc_TypeError, "columns() wants the rows (a list of tuples) and "
+                                         "their kinds (bytes, at most 64 of s, i, l, b)");
+        return NULL;
+    }
+    PyObject *rows = args[0];
+    const char *kinds = PyBytes_AS_STRING(args[1]);
+    Py_ssize_t width = PyBytes_GET_SIZE(args[1]), n = PyList_GET_SIZE(rows);
+    Py_ssize_t bits = (n + 7) / 8;
+    Column cols[MAX_COLUMNS];
+    memset(cols, 0, sizeof cols);
+    PyObject *out = NULL;
+    for (Py_ssize_t j = 0; j < width; j++) {
+        char kind = kinds[j];
+        if (!kind || !strchr("silb", kind)) {
+            PyErr_SetString(PyExc_ValueError, "columns(): a kind is one of s, i, l, b");
+            goto done;
+        }
+        cols[j].kind = kind;
+        cols[j].validity = zeroed_bytes(bits);
+        /* zeroed: a null's value is 0, a string's offsets start at 0 */
+        cols[j].values = zeroed_bytes(kind == 's' ? (n + 1) * 4 : kind == 'i' ? n * 4
+                                      : kind == 'l' ? n * 8 : bits);
+        cols[j].data = kind == 's' ? PyBytes_FromStringAndSize(NULL, 16 * n + 16)
+                                   : Py_NewRef(Py_None);
+        if (!cols[j].validity || !cols[j].values || !cols[j].data) {
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != width) {
+            goto misfit;
+        }
+        for (Py_ssize_t j = 0; j < width; j++) {
+            Column *col = &cols[j];
+            PyObject *v = PyTuple_GET_ITEM(row, j);
+            if (v == Py_None) {
+                col->nulls++;
+                if (col->kind == 's') { /* an empty string's offsets */
+                    int32_t end = (int32_t)col->chars;
+                    memcpy(PyBytes_AS_STRING(col->values) + (i + 1) * 4, &end, 4);
+                }
+                continue;
+            }
+            PyBytes_AS_STRING(col->validity)[i >> 3] |= (char)(1u << (i & 7));
+            int put = column_put(col, i, v);
+            if (put < 0) {
+                goto done;
+            }
+            if (!put) {
+                goto misfit;
+            }
+        }
+    }
+    out = PyList_New(width);
+    if (!out) {
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < width; j++) {
+        Column *col = &cols[j];
+        if (col->kind == 's' && _PyBytes_Resize(&col->data, col->chars) < 0) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        if (!col->nulls) {
+            Py_SETREF(col->validity, Py_NewRef(Py_None));
+        }
+        PyObject *column = Py_BuildValue("(nOOO)", col->nulls, col->validity, col->values,
+                                         col->data);
+        if (!column) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, j, column);
+    }
+done:
+    columns_free(cols, width);
+    return out;
+misfit:
+    columns_free(cols, width);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef ckernel_methods[] = {
+    {"columns", (PyCFunction)(void (*)(void))ckernel_columns, METH_FASTCALL,
+     "columns(rows, kinds) -> list | None: the rows' columns as Arrow buffers, per column "
+     "(null_count, validity, values, data); None where pyarrow must convert the rows."},
     {"configure_info", (PyCFunction)(void (*)(void))ckernel_configure_info, METH_FASTCALL,
      "configure_info(request_type, receipt_type, directive, zero_usage, slow): what "
      "node_info() makes and defers to."},

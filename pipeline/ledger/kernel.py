@@ -36,8 +36,9 @@ from typing import Any
 import simdjson
 
 __all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS",
-           "activity_run_c", "any_in_c", "chained_c", "configure_c", "configure_info_c",
-           "configure_kind_data_c", "configure_tree_c", "direct_sha256_c", "entry_c",
+           "activity_run_c", "any_in_c", "chained_c", "columns_c", "configure_c",
+           "configure_info_c", "configure_kind_data_c", "configure_tree_c", "direct_sha256_c",
+           "entry_c",
            "figures_c", "guarded_c", "kind_data_c", "lazy_c", "node_info_c",
            "parse_object", "pushback_c", "run_c", "scan", "scan_c", "scan_simdjson",
            "scan_transcript_c", "sha256_hex_c", "transcript_info_c", "tree_add_c",
@@ -281,6 +282,11 @@ guarded_c: Callable[[Callable[[int], bytes], int, Callable[[bytes], object] | No
 #: reader.lazy_entry's entry built in C (the same arguments), or ``None``.
 lazy_c: Callable[..., Any] | None
 configure_c: Callable[[type[Any], type[Any], Callable[[bytes], Any], type[Any]], None] | None
+#: Rows of values as the buffers of Arrow arrays (``columns_c(rows, kinds)``:
+#: pipeline/tables/schemas.py's ``row_columns``; ``None`` where pyarrow must convert
+#: the rows), or ``None``.
+columns_c: Callable[[list[tuple[Any, ...]], bytes],
+                    list[tuple[int, bytes | None, bytes, bytes | None]] | None] | None
 #: Whether a text holds a code point of the given ranges (``any_in_c(text, ranges)``,
 #: ``ranges`` native uint32 pairs ``first, last``, sorted; pipeline/replay/tokens.py's
 #: guard), or ``None``.
@@ -289,6 +295,7 @@ try:
     from pipeline.ledger._ckernel import activity_run as activity_run_c
     from pipeline.ledger._ckernel import any_in as any_in_c
     from pipeline.ledger._ckernel import chained as chained_c
+    from pipeline.ledger._ckernel import columns as columns_c
     from pipeline.ledger._ckernel import configure as configure_c
     from pipeline.ledger._ckernel import configure_info as configure_info_c
     from pipeline.ledger._ckernel import configure_kind_data as configure_kind_data_c
@@ -315,7 +322,7 @@ except ImportError:  # not built here (no compiler at install): simdjson stands 
     any_in_c = chained_c = valid_c = tree_add_c = configure_tree_c = None
     node_info_c = configure_info_c = run_c = pushback_c = direct_sha256_c = sha256_hex_c = None
     figures_c = usage_rows_c = activity_run_c = kind_data_c = configure_kind_data_c = None
-    transcript_info_c = guarded_c = None
+    transcript_info_c = guarded_c = columns_c = None
 
 
 def _scan_none(body: bytes) -> None:
