@@ -4248,11 +4248,12 @@ ckernel_any_in(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
 }
 
 /* ---- rows as Arrow columns ------------------------------------------------------------
- * columns(rows, kinds): the columns of ``rows`` (a list of tuples, each one value per
- * letter of ``kinds``: 's' a string, 'i' an int32, 'l' an int64, 'b' a bool; None is
- * null in any) as the buffers of Arrow arrays, for pyarrow's Array.from_buffers: per
+ * columns(rows, kinds[, names]): the columns of ``rows`` (a list of tuples, each one
+ * value per letter of ``kinds``: 's' a string, 'i' an int32, 'l' an int64, 'b' a bool;
+ * None is null in any; or with ``names``, a tuple of one name per kind, a list of dicts
+ * whose missing names are null) as the buffers of Arrow arrays, for pyarrow's Array.from_buffers: per
  * column (null_count, validity or None, values, data or None), a string's values its
- * int32 offsets and its data the UTF-8. pipeline/tables/schemas.py's usage table: the
+ * int32 offsets and its data the UTF-8. pipeline/tables/schemas.py's built_columns: the
  * same arrays as pyarrow's conversion of the rows (a test holds them alike). None where
  * a row or a value is anything else (a str subclass, an int past its column, a lone
  * surrogate, a bool where an int goes, 2 GiB of one column's text): pyarrow converts
@@ -4359,10 +4360,14 @@ column_put(Column *col, Py_ssize_t i, PyObject *v)
 static PyObject *
 ckernel_columns(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])
-        || PyBytes_GET_SIZE(args[1]) > MAX_COLUMNS) {
-        PyErr_SetString(PyExc_TypeError, "columns() wants the rows (a list of tuples) and "
-                                         "their kinds (bytes, at most 64 of s, i, l, b)");
+    PyObject *names = nargs == 3 ? args[2] : Py_None;
+    if (nargs < 2 || nargs > 3 || !PyList_CheckExact(args[0]) || !PyBytes_CheckExact(args[1])
+        || PyBytes_GET_SIZE(args[1]) > MAX_COLUMNS
+        || (names != Py_None && (!PyTuple_CheckExact(names)
+                                 || PyTuple_GET_SIZE(names) != PyBytes_GET_SIZE(args[1])))) {
+        PyErr_SetString(PyExc_TypeError, "columns() wants the rows (a list of tuples, or of "
+                                         "dicts with names), their kinds (bytes, at most 64 "
+                                         "of s, i, l, b) and the names (a tuple, one a kind)");
         return NULL;
     }
     PyObject *rows = args[0];
@@ -4391,12 +4396,26 @@ ckernel_columns(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *row = PyList_GET_ITEM(rows, i);
-        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != width) {
+        if (names == Py_None ? !PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != width
+                             : !PyDict_CheckExact(row)) {
             goto misfit;
         }
         for (Py_ssize_t j = 0; j < width; j++) {
             Column *col = &cols[j];
-            PyObject *v = PyTuple_GET_ITEM(row, j);
+            PyObject *v;
+            if (names == Py_None) {
+                v = PyTuple_GET_ITEM(row, j);
+            }
+            else {
+                /* borrowed: used up before the next lookup */
+                v = PyDict_GetItemWithError(row, PyTuple_GET_ITEM(names, j));
+                if (!v) {
+                    if (PyErr_Occurred()) {
+                        goto done; /* a name's hash or compare raised */
+                    }
+                    v = Py_None; /* a missing column is null */
+                }
+            }
             if (v == Py_None) {
                 col->nulls++;
                 if (col->kind == 's') { /* an empty string's offsets */
@@ -4446,8 +4465,9 @@ misfit:
 
 static PyMethodDef ckernel_methods[] = {
     {"columns", (PyCFunction)(void (*)(void))ckernel_columns, METH_FASTCALL,
-     "columns(rows, kinds) -> list | None: the rows' columns as Arrow buffers, per column "
-     "(null_count, validity, values, data); None where pyarrow must convert the rows."},
+     "columns(rows, kinds, names=None) -> list | None: the rows' columns as Arrow "
+     "buffers, per column (null_count, validity, values, data); None where pyarrow must "
+     "convert the rows."},
     {"configure_info", (PyCFunction)(void (*)(void))ckernel_configure_info, METH_FASTCALL,
      "configure_info(request_type, receipt_type, directive, zero_usage, slow): what "
      "node_info() makes and defers to."},

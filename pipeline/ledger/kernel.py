@@ -282,11 +282,10 @@ guarded_c: Callable[[Callable[[int], bytes], int, Callable[[bytes], object] | No
 #: reader.lazy_entry's entry built in C (the same arguments), or ``None``.
 lazy_c: Callable[..., Any] | None
 configure_c: Callable[[type[Any], type[Any], Callable[[bytes], Any], type[Any]], None] | None
-#: Rows of values as the buffers of Arrow arrays (``columns_c(rows, kinds)``:
-#: pipeline/tables/schemas.py's ``row_columns``; ``None`` where pyarrow must convert
+#: Rows of values as the buffers of Arrow arrays (``columns_c(rows, kinds, names)``:
+#: pipeline/tables/schemas.py's ``built_columns``; ``None`` where pyarrow must convert
 #: the rows), or ``None``.
-columns_c: Callable[[list[tuple[Any, ...]], bytes],
-                    list[tuple[int, bytes | None, bytes, bytes | None]] | None] | None
+columns_c: Callable[..., list[tuple[int, bytes | None, bytes, bytes | None]] | None] | None
 #: Whether a text holds a code point of the given ranges (``any_in_c(text, ranges)``,
 #: ``ranges`` native uint32 pairs ``first, last``, sorted; pipeline/replay/tokens.py's
 #: guard), or ``None``.

@@ -140,9 +140,13 @@ def rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     vak writes no such value, but a hostile ledger can make a row hold one (a figure
     summed past int64, a saturation past int32, a payload field of another type copied
     into a string column): that cell is null, the row and the rest of the task stay.
-    The rows are converted in one pass; only when that fails is each column converted
+    The rows are converted in one pass (by the C kernel where every value is what its
+    column holds: :func:`built_columns`); only when that fails is each column converted
     apart, and a column that fails value by value.
     """
+    made = built_columns(rows, schema)
+    if made is not None:
+        return pa.Table.from_arrays(made, schema=schema)
     try:
         return pa.Table.from_pylist(rows, schema=schema)
     except _MISFITS:
@@ -208,35 +212,51 @@ _USAGE_RECORD = pa.struct([(n, pa.string() if n == "ts" else USAGE_SCHEMA.field(
 SESSION_COLUMNS = ("session_path", "session_id", "agent", "source", "parent_session_path")
 
 
-#: The C kernel's letter for each column type it builds (``columns_c``).
+#: The C kernel's letter for each column type it builds (``columns_c``); a timestamp's
+#: values are int64 in its unit, as an ``int`` converts to it.
 _KINDS = {pa.string(): "s", pa.int32(): "i", pa.int64(): "l", pa.bool_(): "b"}
 
 
-def row_columns(rows: list[tuple[Any, ...]], record: pa.StructType) -> list[pa.Array]:
-    """The columns of ``rows`` (tuples, one value per field of ``record``): the arrays
-    ``pa.array(rows, type=record).flatten()`` makes.
+def _kind(kind: pa.DataType) -> str | None:
+    return "l" if pa.types.is_timestamp(kind) else _KINDS.get(kind)
 
-    Built by the C kernel from the rows' values (``columns_c``: half of pyarrow's time,
-    which takes each value through a struct's converters) where every field is a string,
-    an int32, an int64 or a bool and every value is what its column holds as it is;
-    else by pyarrow, which decides the rest (docs/scaling.md, "The usage rows'
-    columns").
+
+def built_columns(rows: list[tuple[Any, ...]] | list[dict[str, Any]],
+                  fields: Iterable[pa.Field]) -> list[pa.Array] | None:
+    """The columns of ``rows`` (tuples, one value per field; or dicts, a field's value
+    under its name, null where missing), built by the C kernel (``columns_c``) as the
+    Arrow arrays pyarrow converts the same values into; ``None``
+    where pyarrow must convert them: a field of a type other than string, int32, int64,
+    bool or timestamp, or a value other than what its column holds as it is (a ``str``
+    subclass, an ``int`` past its column, a ``bool`` where an integer goes, a datetime),
+    or no kernel.
+
+    The kernel takes a third to a half of pyarrow's time, which takes each value
+    through its converters (docs/scaling.md, "Tables built in C").
     """
-    kinds = "".join(_KINDS.get(field.type, "?") for field in record)
-    made = columns_c(rows, kinds.encode()) if columns_c is not None and "?" not in kinds else None
+    fields = list(fields)
+    kinds = [_kind(field.type) for field in fields]
+    if columns_c is None or None in kinds:
+        return None
+    names = tuple(field.name for field in fields) if rows and type(rows[0]) is dict else None
+    made = columns_c(rows, "".join(k for k in kinds if k).encode(), names)
     if made is None:
-        return list(pa.array(rows, type=record).flatten())
+        return None
     return [pa.Array.from_buffers(field.type, len(rows),
                                   [None if validity is None else pa.py_buffer(validity),
                                    pa.py_buffer(values),
                                    *([] if data is None else [pa.py_buffer(data)])],
                                   null_count=nulls)
-            for field, (nulls, validity, values, data) in zip(record, made, strict=True)]
+            for field, (nulls, validity, values, data) in zip(fields, made, strict=True)]
 
 
 def _usage_batch(rows: list[tuple[Any, ...]], sessions: list[tuple[Any, ...]],
                  which: list[int]) -> pa.RecordBatch:
-    data = dict(zip(USAGE_FIELDS, row_columns(rows, _USAGE_RECORD), strict=True))
+    # The row tuples' columns, by the C kernel or as structs (a C++ pass), then flattened.
+    made = built_columns(rows, _USAGE_RECORD)
+    if made is None:
+        made = pa.array(rows, type=_USAGE_RECORD).flatten()
+    data = dict(zip(USAGE_FIELDS, made, strict=True))
     # The session's own columns are the same on all its rows: taken, not converted per row.
     index = pa.array(which, pa.int32())
     for name, values in zip(SESSION_COLUMNS, zip(*sessions, strict=True), strict=True):
