@@ -38,12 +38,11 @@ import simdjson
 __all__ = ["IMPLEMENTATION", "MIN_BYTES", "MIN_MESSAGE_BYTES", "THRESHOLDS",
            "activity_run_c", "any_in_c", "chained_c", "columns_c", "configure_c",
            "configure_info_c", "configure_kind_data_c", "configure_tree_c", "direct_sha256_c",
-           "entry_c",
-           "figures_c", "guarded_c", "kind_data_c", "lazy_c", "node_info_c",
+           "entry_c", "figures_c", "guarded_c", "kind_data_c", "lazy_c", "node_info_c",
            "parse_object", "pushback_c", "run_c", "scan", "scan_c", "scan_simdjson",
            "scan_transcript_c", "sha256_hex_c", "transcript_info_c", "tree_add_c",
-           "usage_rows_c", "use",
-           "valid_c", "worth_it", "worth_it_c", "worth_it_simdjson"]
+           "usage_rows_c", "use", "valid_c", "work_quirk_c", "worth_it", "worth_it_c",
+           "worth_it_simdjson"]
 
 #: Lines shorter than this are parsed by orjson whole, per implementation. simdjson's
 #: fixed cost per line (its proxies, the key list that catches repeated keys) is ~1.8 us,
@@ -286,6 +285,10 @@ configure_c: Callable[[type[Any], type[Any], Callable[[bytes], Any], type[Any]],
 #: pipeline/tables/schemas.py's ``built_columns``; ``None`` where pyarrow must convert
 #: the rows), or ``None``.
 columns_c: Callable[..., list[tuple[int, bytes | None, bytes, bytes | None]] | None] | None
+#: Whether a line orjson took is vak's work entry with two ``kind`` keys
+#: (``work_quirk_c(body)``: pipeline/ledger/reader.py's ``_work_quirk``; ``None`` where
+#: that function must tell), or ``None``.
+work_quirk_c: Callable[[bytes], bool | None] | None
 #: Whether a text holds a code point of the given ranges (``any_in_c(text, ranges)``,
 #: ``ranges`` native uint32 pairs ``first, last``, sorted; pipeline/replay/tokens.py's
 #: guard), or ``None``.
@@ -315,13 +318,14 @@ try:
     from pipeline.ledger._ckernel import tree_add as tree_add_c
     from pipeline.ledger._ckernel import usage_rows as usage_rows_c
     from pipeline.ledger._ckernel import valid as valid_c
+    from pipeline.ledger._ckernel import work_quirk as work_quirk_c
     from pipeline.ledger._ckernel import worth_it as worth_it_c
 except ImportError:  # not built here (no compiler at install): simdjson stands in
     scan_c = worth_it_c = scan_transcript_c = entry_c = lazy_c = configure_c = None
     any_in_c = chained_c = valid_c = tree_add_c = configure_tree_c = None
     node_info_c = configure_info_c = run_c = pushback_c = direct_sha256_c = sha256_hex_c = None
     figures_c = usage_rows_c = activity_run_c = kind_data_c = configure_kind_data_c = None
-    transcript_info_c = guarded_c = columns_c = None
+    transcript_info_c = guarded_c = columns_c = work_quirk_c = None
 
 
 def _scan_none(body: bytes) -> None:

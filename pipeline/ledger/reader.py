@@ -30,6 +30,7 @@ from pipeline.ledger.kernel import entry_c as _entry_c
 from pipeline.ledger.kernel import lazy_c as _lazy_c
 from pipeline.ledger.kernel import pushback_c as _pushback_c
 from pipeline.ledger.kernel import scan as _scan
+from pipeline.ledger.kernel import work_quirk_c as _work_quirk_c
 from pipeline.ledger.kernel import worth_it as _worth_it
 from pipeline.ledger.kernel import worth_it_c as _WORTH_IT_C
 from pipeline.ledger.redact import quote, redact
@@ -299,7 +300,13 @@ def _pairs_hook(pairs: list[tuple[str, Any]]) -> _Pairs:
 
 
 def _work_quirk(body: bytes) -> bool:
-    """Whether ``body`` is a ``work`` line written with two ``kind`` keys, as vak does."""
+    """Whether ``body`` is a ``work`` line written with two ``kind`` keys, as vak does.
+
+    Told by the C kernel's grammar where it can (``work_quirk_c``: ~1 us against ~30 us
+    for Python's json with a pairs hook), else by the pairs hook.
+    """
+    if _work_quirk_c is not None and (told := _work_quirk_c(body)) is not None:
+        return told
     try:
         top = json.loads(body, object_pairs_hook=_pairs_hook)
     except (ValueError, RecursionError):

@@ -47,7 +47,13 @@ from pipeline.ledger.reader import (
 from pipeline.ledger.tree import TreeIndex
 from pipeline.ledger.types import Code, OversizeLine
 from tests.helpers.data_paths import CONFORMANCE, REAL
-from tests.helpers.ledgers import dumps, message_with_roles, sample_session, session_key
+from tests.helpers.ledgers import (
+    LedgerBuilder,
+    dumps,
+    message_with_roles,
+    sample_session,
+    session_key,
+)
 
 ENVELOPE = {"id": "01a1b38f-04cf-78f0-8a1f-9bc406bc3226",
             "parent_id": "01a1b38e-9caa-79f6-b93e-fc0a81576b6c",
@@ -1052,3 +1058,51 @@ def test_without_the_c_extension_every_session_audits_alike() -> None:
             for prelude in (blocked, "")]
     without, with_c = (json.loads(out) for out in runs)
     assert len(without) > 20 and without == with_c
+
+
+def python_work_quirk(body: bytes) -> bool:
+    """reader._work_quirk's own answer, with the C kernel's left out."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reader, "_work_quirk_c", None)
+        return reader._work_quirk(body)
+
+
+#: Members of a top-level object around vak's work quirk: the kinds (plain, escaped,
+#: objects, other values), an escaped key that reads "kind", and other keys.
+KIND_MEMBERS = st.lists(st.one_of(
+    st.sampled_from([b'"kind":"work"', b'"kind":"w\\u006frk"', b'"kind":"message"',
+                     b'"kind":{"kind":"contract_status_changed","to":"active"}',
+                     b'"kind":{}', b'"kind":null', b'"kind":["work"]', b'"\\u006bind":"work"',
+                     b'"\\u006bind":{"a":1}', b'"kind" : "work"']),
+    st.tuples(st.sampled_from(["id", "ts", "contract_id", "revision", "x"]), JSON).map(
+        lambda kv: json.dumps(kv[0]).encode() + b":" + json.dumps(kv[1]).encode())),
+    max_size=6)
+
+
+@pytest.mark.skipif(kernel.work_quirk_c is None, reason="the C kernel did not build here")
+@settings(max_examples=300, deadline=None)
+@given(members=KIND_MEMBERS, pad=st.sampled_from([b"", b" ", b"\n"]))
+def test_the_c_kernel_tells_the_work_quirk_as_the_pairs_hook_does(
+        members: list[bytes], pad: bytes) -> None:
+    body = pad + b"{" + b",".join(members) + b"}" + pad
+    assert kernel.work_quirk_c is not None
+    told = kernel.work_quirk_c(body)
+    event("told in C" if told is not None else "left to Python")
+    if told is not None:
+        assert told == python_work_quirk(body)
+
+
+@pytest.mark.skipif(kernel.work_quirk_c is None, reason="the C kernel did not build here")
+def test_the_c_kernel_tells_vaks_own_work_lines() -> None:
+    builder = LedgerBuilder()
+    builder.header()
+    builder.work()
+    (work,) = [b for b in builder.bodies() if b"contract_id" in b]
+    assert kernel.work_quirk_c is not None and kernel.work_quirk_c(work) is True
+    assert python_work_quirk(work) is True
+    for body, quirk in [(b'{"kind":"message","kind":{}}', False),
+                        (b'{"kind":"work","kind":"work"}', False),
+                        (b'{"kind":"work","kind":{},"kind":{}}', False),
+                        (b'{"kind":{},"kind":"work"}', False),
+                        (b'{"kind":"work"}', False)]:
+        assert kernel.work_quirk_c(body) is quirk is python_work_quirk(body)
