@@ -217,29 +217,29 @@ SESSION_COLUMNS = ("session_path", "session_id", "agent", "source", "parent_sess
 _KINDS = {pa.string(): "s", pa.int32(): "i", pa.int64(): "l", pa.bool_(): "b"}
 
 
-def _kind(kind: pa.DataType) -> str | None:
-    return "l" if pa.types.is_timestamp(kind) else _KINDS.get(kind)
+def _kind(arrow_type: pa.DataType) -> str:
+    """The kernel's letter for a column type, ``?`` for a type it does not build."""
+    return "l" if pa.types.is_timestamp(arrow_type) else _KINDS.get(arrow_type, "?")
 
 
 def built_columns(rows: list[tuple[Any, ...]] | list[dict[str, Any]],
                   fields: Iterable[pa.Field]) -> list[pa.Array] | None:
     """The columns of ``rows`` (tuples, one value per field; or dicts, a field's value
     under its name, null where missing), built by the C kernel (``columns_c``) as the
-    Arrow arrays pyarrow converts the same values into; ``None``
-    where pyarrow must convert them: a field of a type other than string, int32, int64,
-    bool or timestamp, or a value other than what its column holds as it is (a ``str``
-    subclass, an ``int`` past its column, a ``bool`` where an integer goes, a datetime),
-    or no kernel.
+    Arrow arrays pyarrow converts the same values into.
 
-    The kernel takes a third to a half of pyarrow's time, which takes each value
-    through its converters (docs/scaling.md, "Tables built in C").
+    ``None`` where pyarrow must convert them: a field of a type other than string,
+    int32, int64, bool or timestamp, a value other than what its column holds as it is
+    (a ``str`` subclass, an ``int`` past its column, a ``bool`` where an integer goes, a
+    datetime), or no kernel. The kernel takes a third to a half of pyarrow's time, which
+    takes each value through its converters (docs/scaling.md, "Tables built in C").
     """
     fields = list(fields)
-    kinds = [_kind(field.type) for field in fields]
-    if columns_c is None or None in kinds:
+    kinds = "".join(_kind(field.type) for field in fields)
+    if columns_c is None or "?" in kinds:
         return None
     names = tuple(field.name for field in fields) if rows and type(rows[0]) is dict else None
-    made = columns_c(rows, "".join(k for k in kinds if k).encode(), names)
+    made = columns_c(rows, kinds.encode(), names)
     if made is None:
         return None
     return [pa.Array.from_buffers(field.type, len(rows),
