@@ -90,7 +90,7 @@ def table_rows(draw: st.DrawFn) -> tuple[pa.StructType, list[tuple[Any, ...]]]:
 @settings(max_examples=400)
 def test_the_columns_of_any_rows_are_pyarrows(case: tuple[pa.StructType, list[Any]]) -> None:
     record, rows = case
-    kinds = "".join(schemas._KINDS[f.type] for f in record).encode()
+    kinds = "".join(schemas._kind(f.type) for f in record).encode()
     event("kernel" if kernel.columns_c is not None and kernel.columns_c(rows, kinds) is not None
           else "pyarrow")
     assert_alike(ours(rows, record), pyarrows(rows, record))
@@ -175,12 +175,9 @@ def test_a_table_of_any_dict_rows_is_the_same_without_the_kernel(
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as err:
             return type(err).__name__  # a lone surrogate, either way
     with_kernel = table()
-    saved = schemas.columns_c
-    schemas.columns_c = None
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(schemas, "columns_c", None)
         without = table()
-    finally:
-        schemas.columns_c = saved
     if isinstance(without, str):
         assert with_kernel == without
         return
