@@ -62,9 +62,9 @@ cluster_options = _options(
     click.option("--scheduler", envvar="DASK_SCHEDULER_ADDRESS", default=None,
                  help="Join an existing Dask scheduler (also DASK_SCHEDULER_ADDRESS)."),
     click.option("--workers", type=click.IntRange(min=0), default=None,
-                 help="Workers of the local cluster (default: one per core; an archive "
-                      "under 32 MiB runs in this process, no cluster); 0: always in this "
-                      "process."),
+                 help="Workers of the local cluster (default: one per core; a small "
+                      "archive runs in this process, no cluster: under 128 MiB for an "
+                      "audit, 32 MiB when it replays); 0: always in this process."),
     storage_option,
 )
 session_option = click.option(

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from datetime import datetime
 
 import click
 
 from pipeline.cli._exits import EXIT_BUDGET, EXIT_FINDINGS, EXIT_PARTIAL
 from pipeline.cli._options import (
+    cluster_options,
     keys_option,
+    max_line_option,
     prices_option,
-    storage_option,
+    progress_option,
 )
 from pipeline.cli._output import JsonDocument, json_option, json_output
 from pipeline.errors import UsageError
@@ -51,14 +54,17 @@ from pipeline.io.storage import parse_storage_options, resolve
               help="Exit 1 when a billed model has no price (the line names them).")
 @click.option("--allow-partial", is_flag=True,
               help="Exit 0 when the priced run is partial (still said; default: exit 3).")
-@storage_option
+@cluster_options
+@progress_option
+@max_line_option
 @json_option
 @keys_option
 def cost(source: str, run_out: str | None, since: datetime | None, until: datetime | None,
          by_text: str, timezone: str | None, breakdown: bool, budgets_path: str | None,
          as_of: datetime | None, prices_path: str | None, report_dir: str | None,
-         fail_on: str | None, allow_partial: bool, storage_options: tuple[str, ...],
-         as_json: bool) -> None:
+         fail_on: str | None, allow_partial: bool, scheduler: str | None,
+         workers: int | None, storage_options: tuple[str, ...], progress: bool | None,
+         max_line_bytes: int, as_json: bool) -> None:
     """Price the usage of the run committed under OUT: billed, effective and wasted USD.
 
     Writes costs.parquet and costs.csv (grouped by --by) and report.html (charts, one
@@ -68,7 +74,8 @@ def cost(source: str, run_out: str | None, since: datetime | None, until: dateti
 
     \b
     In one step from an archive: vakpipe cost ROOT --out OUT audits ROOT into OUT (as
-    vakpipe audit ROOT --out OUT does), then prices that run.
+    vakpipe audit ROOT --out OUT does, with the same --scheduler, --workers, --progress
+    and --max-line-bytes), then prices that run.
 
     \b
     Prints the cost table (a row per --by group, totals; --breakdown: per model). With
@@ -76,15 +83,46 @@ def cost(source: str, run_out: str | None, since: datetime | None, until: dateti
     and exit 4 when a spend is over its limit (before exit 3 and 1).
     """
     with json_output("cost", as_json) as doc:
+        if run_out is None:
+            _refuse_run_options(click.get_current_context())
         _cost(doc, source, run_out, since, until, by_text, timezone, breakdown, budgets_path,
-              as_of, prices_path, report_dir, fail_on, allow_partial, storage_options)
+              as_of, prices_path, report_dir, fail_on, allow_partial, storage_options,
+              AuditOptions(scheduler, workers, progress, max_line_bytes))
+
+
+#: The audit's options that change what runs, which only ``--out`` (an archive audited
+#: first) uses. The reporter's (--progress, --heartbeat, --log-format) are accepted
+#: without it: a display preference, with nothing to show.
+_AUDIT_OPTIONS = {"scheduler": "--scheduler", "workers": "--workers",
+                "max_line_bytes": "--max-line-bytes"}
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """How the one-step cost audits its archive (``vakpipe audit``'s options)."""
+
+    scheduler: str | None
+    workers: int | None
+    progress: bool | None
+    max_line_bytes: int
+
+
+def _refuse_run_options(ctx: click.Context) -> None:
+    """A usage error for an audit option given on the command line without ``--out``:
+    pricing a committed run starts no audit, so the option would be silently ignored.
+    (``DASK_SCHEDULER_ADDRESS`` in the environment is no such request.)"""
+    given = [flag for name, flag in _AUDIT_OPTIONS.items()
+             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise UsageError(f"{', '.join(given)}: options of the audit, only with --out (which "
+                         "audits an archive before pricing it)")
 
 
 def _cost(doc: JsonDocument, source: str, run_out: str | None, since: datetime | None,
           until: datetime | None, by_text: str, timezone: str | None, breakdown: bool,
           budgets_path: str | None, as_of: datetime | None, prices_path: str | None,
           report_dir: str | None, fail_on: str | None, allow_partial: bool,
-          storage_options: tuple[str, ...]) -> None:
+          storage_options: tuple[str, ...], audit: AuditOptions) -> None:
     from zoneinfo import ZoneInfo
 
     from jobs.cost_report import (
@@ -115,7 +153,9 @@ def _cost(doc: JsonDocument, source: str, run_out: str | None, since: datetime |
             raise UsageError(f"{source} is a run's output, not an archive: price it with "
                              f"`vakpipe cost {source}` (--out is for an archive)")
         out = resolve(run_out, options)
-        summary = audit_job(resolve(source, options), out)
+        summary = audit_job(resolve(source, options), out, scheduler=audit.scheduler,
+                            workers=audit.workers, progress=audit.progress,
+                            max_line_bytes=audit.max_line_bytes)
         print_summary(summary)
         audit_doc = summary_json(summary)
     outcome = cost_job(out, by=by, since=since.date() if since else None,

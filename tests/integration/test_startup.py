@@ -181,3 +181,26 @@ def test_cost_in_one_step_refuses_a_run_and_a_bad_window_before_reading(tmp_path
     again = _vakpipe("cost", str(out), "--out", str(tmp_path / "other"), cache=cache)
     assert again.returncode == 2 and "is a run's output, not an archive" in again.stderr
     assert again.stderr.count("\n") == 1 and not (tmp_path / "other").exists()
+
+
+def test_cost_in_one_step_takes_the_audits_options(tmp_path: Path) -> None:
+    root, cache, out = str(REAL / "claude-code"), tmp_path / "cache", tmp_path / "out"
+    # In this process, no bar, and every line over 1 KiB reported damaged, as `vakpipe
+    # audit` would with the same options.
+    done = _vakpipe("cost", root, "--out", str(out), "--workers", "0", "--no-progress",
+                    "--max-line-bytes", "1KiB", cache=cache)
+    assert done.returncode == 0, done.stderr
+    assert "damaged_entry" in done.stdout and (out / "cost" / "costs.csv").is_file()
+    # Without --out nothing is audited: an audit's option there is a usage error, before
+    # anything is written; the reporter's options and the environment's scheduler are not.
+    refused = _vakpipe("cost", str(out), "--workers", "2", "--max-line-bytes", "1MiB",
+                       "--report-dir", str(tmp_path / "report"), cache=cache)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "--workers, --max-line-bytes: options of the audit, only with --out" in refused.stderr
+    assert not (tmp_path / "report").exists()
+    priced = subprocess.run(
+        [vakpipe_exe(), "cost", str(out), "--no-progress", "--report-dir",
+         str(tmp_path / "report")], capture_output=True, text=True, timeout=300, check=False,
+        env={**_env(), "VAKPIPE_CACHE_DIR": str(cache),
+             "DASK_SCHEDULER_ADDRESS": "tcp://127.0.0.1:9"})
+    assert priced.returncode == 0, priced.stderr
