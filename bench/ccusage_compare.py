@@ -31,7 +31,9 @@ Then every difference is attributed (progress mirrors ignored, first vs final st
 one-hour cache writes priced at their own rate, models one side does not price) and
 what is left unexplained is printed. Then run times, best of ``--repeats`` in this run:
 ccusage (as users run it: node wrapper + native binary, and the native binary alone),
-the recount, and vakpipe's audit + cost, with ratios against ccusage.
+the recount, and vakpipe's audit + cost, with ratios against ccusage. On ``--copies``
+copies (issue 21's target), vakpipe is timed both as two commands and as the one
+``vakpipe cost ROOT --out OUT`` that audits and prices in one process.
 
 Nothing is written under ROOT: vakpipe's tables go to a temporary folder.
 The findings are in ``docs/ccusage-comparison.md``.
@@ -498,6 +500,14 @@ def audit_cmd(root: Path, out: Path, workers: int | None,
 def cost_cmd(out: Path, report: Path) -> list[str]:
     return [str(vakpipe_cli()), "cost", str(out), "--by", "day,model", "--report-dir",
             str(report)]
+
+
+def one_step_cmd(root: Path, out: Path, workers: int | None) -> list[str]:
+    """``vakpipe cost ROOT --out OUT``: the audit and the pricing in one process (its
+    report under OUT/cost), as one ccusage command does both."""
+    cmd = [str(vakpipe_cli()), "cost", str(root), "--out", str(out), "--by", "day,model",
+           "--no-progress"]
+    return [*cmd, "--workers", str(workers)] if workers else cmd
 
 
 def run_vakpipe(root: Path, scratch: Path, workers: int | None) -> Vakpipe | str:
@@ -1100,10 +1110,10 @@ def copies_timings(cc: Ccusage | None, src: Path, home: Path, scratch: Path, rc:
                    daily: dict[str, CcusageDay] | None, vk: Vakpipe | str,
                    args: argparse.Namespace) -> None:
     """Wall and CPU time of ccusage's native binary (``daily --json``), vakpipe's audit +
-    cost (two CLI commands, as a user runs them) and the recount on ``--copies`` copies of
-    ``src`` (:func:`make_copies`), interleaved, best of ``--repeats``; their ratios; and
-    whether each tool's totals on the copies are N times its totals on one (no copy
-    merged with another)."""
+    cost (two CLI commands, as a user runs them, and the one command that does both) and
+    the recount on ``--copies`` copies of ``src`` (:func:`make_copies`), interleaved,
+    best of ``--repeats``; their ratios; and whether each tool's totals on the copies
+    are N times its totals on one (no copy merged with another)."""
     from bench.common import BENCH_DIR, best_of
 
     n = args.copies
@@ -1111,6 +1121,7 @@ def copies_timings(cc: Ccusage | None, src: Path, home: Path, scratch: Path, rc:
     size = sum(p.stat().st_size for p in transcript_files(root))
     print(f"copies: {n} id-rewritten copies of {src.name} ({size / 1e6:,.1f} MB) in {root}")
     out, report = scratch / "copies" / "out", scratch / "copies" / "report"
+    one_step = scratch / "copies-one-step" / "out"
     results: dict[str, Any] = {}
 
     def ccusage_run() -> None:
@@ -1127,6 +1138,14 @@ def copies_timings(cc: Ccusage | None, src: Path, home: Path, scratch: Path, rc:
                      f"{audit.stderr.decode(errors='replace')[-400:]}")
         subprocess.run(cost_cmd(out, report), capture_output=True, check=True)
 
+    def one_step_run() -> None:
+        shutil.rmtree(one_step.parent, ignore_errors=True)
+        done = subprocess.run(one_step_cmd(root, one_step, args.workers), capture_output=True,
+                              check=False)
+        if done.returncode not in (0, 3):  # 3: partial
+            sys.exit(f"vakpipe cost --out on the copies exited {done.returncode}: "
+                     f"{done.stderr.decode(errors='replace')[-400:]}")
+
     def recount_run() -> None:
         results["recount"] = recount(root)
 
@@ -1137,12 +1156,13 @@ def copies_timings(cc: Ccusage | None, src: Path, home: Path, scratch: Path, rc:
     if isinstance(vk, Vakpipe):
         workers = f"--workers {args.workers}" if args.workers else "default workers"
         runs.append((f"vakpipe audit + cost ({workers}, CLI)", vakpipe_run))
+        runs.append((f"vakpipe cost ROOT --out ({workers}, one step)", one_step_run))
     runs.append(("recount (pure Python, in process)", recount_run))
     timing = dict(zip((name for name, _ in runs),
                       best_of(args.repeats, *(fn for _, fn in runs), cpu=_cpu_all),
                       strict=True))
     for name, t in timing.items():
-        print(f"  {name:48s} wall {t.wall:7.2f} s ({size / 1e6 / t.wall:6.1f} MB/s), "
+        print(f"  {name:52s} wall {t.wall:7.2f} s ({size / 1e6 / t.wall:6.1f} MB/s), "
               f"CPU {t.cpu:7.2f} s ({size / 1e6 / max(t.cpu, 1e-9):6.1f} MB/s)")
     names = list(timing)
     base = names[0] if cc is not None else names[-1]  # ccusage, else the recount
@@ -1164,12 +1184,14 @@ def copies_timings(cc: Ccusage | None, src: Path, home: Path, scratch: Path, rc:
         many, _ = parse_daily(results["ccusage"])
         checks.append((f"ccusage {cc.version}", _total(d.tokens for d in many.values()),
                        _total(d.tokens for d in daily.values())))
-    if isinstance(vk, Vakpipe) and (report / "costs.csv").exists():
-        with open(report / "costs.csv", newline="") as f:
-            rows = [[int(row[f"billed_{k}_tokens"]) for k in KINDS]
-                    for row in csv.DictReader(f)]
-        mine = _total((r[0], r[1], r[2], r[3]) for r in rows)
-        checks.append(("vakpipe", mine, _total(t for t, _, _ in vk.by_day_model.values())))
+    for name, table in (("vakpipe", report / "costs.csv"),
+                        ("vakpipe one step", one_step / "cost" / "costs.csv")):
+        if isinstance(vk, Vakpipe) and table.exists():
+            with open(table, newline="") as f:
+                rows = [[int(row[f"billed_{k}_tokens"]) for k in KINDS]
+                        for row in csv.DictReader(f)]
+            mine = _total((r[0], r[1], r[2], r[3]) for r in rows)
+            checks.append((name, mine, _total(t for t, _, _ in vk.by_day_model.values())))
     for name, got, single in checks:
         verdict = "= N x one copy" if got == _scaled(single, n) else \
             f"!= N x one copy ({'/'.join(map(_n, _scaled(single, n)))}): copies merged?"

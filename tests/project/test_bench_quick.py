@@ -41,8 +41,10 @@ EXPECTED: dict[str, list[str]] = {
         r"^vakpipe − recount per file",
         r"^copies: 2 id-rewritten copies",
         r"ratio (vakpipe audit \+ cost|recount) / .*: wall [\d.]+ x, CPU [\d.]+ x",
+        r"ratio vakpipe cost ROOT --out / .*: wall [\d.]+ x, CPU [\d.]+ x",
         r"totals on the copies, recount: .* = N x one copy",
         r"totals on the copies, vakpipe: .* = N x one copy",
+        r"totals on the copies, vakpipe one step: .* = N x one copy",
         r"^ccusage: no binary found .*: skipped$|"
         r"totals on the copies, ccusage .* = N x one copy",
     ],
