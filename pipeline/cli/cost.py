@@ -20,6 +20,22 @@ from pipeline.cli._output import JsonDocument, json_option, json_output
 from pipeline.errors import UsageError
 from pipeline.io.storage import parse_storage_options, resolve
 
+#: The audit's options that change what runs, which only ``--out`` (an archive audited
+#: first) uses. The reporter's (--progress, --heartbeat, --log-format) are accepted
+#: without it: a display preference, with nothing to show.
+_AUDIT_OPTIONS = {"scheduler": "--scheduler", "workers": "--workers",
+                  "max_line_bytes": "--max-line-bytes"}
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """How the one-step cost audits its archive (``vakpipe audit``'s options)."""
+
+    scheduler: str | None
+    workers: int | None
+    progress: bool | None
+    max_line_bytes: int
+
 
 @click.command()
 @click.argument("source", metavar="OUT|ROOT")
@@ -84,30 +100,13 @@ def cost(source: str, run_out: str | None, since: datetime | None, until: dateti
     """
     with json_output("cost", as_json) as doc:
         if run_out is None:
-            _refuse_run_options(click.get_current_context())
+            _refuse_audit_options(click.get_current_context())
         _cost(doc, source, run_out, since, until, by_text, timezone, breakdown, budgets_path,
               as_of, prices_path, report_dir, fail_on, allow_partial, storage_options,
               AuditOptions(scheduler, workers, progress, max_line_bytes))
 
 
-#: The audit's options that change what runs, which only ``--out`` (an archive audited
-#: first) uses. The reporter's (--progress, --heartbeat, --log-format) are accepted
-#: without it: a display preference, with nothing to show.
-_AUDIT_OPTIONS = {"scheduler": "--scheduler", "workers": "--workers",
-                "max_line_bytes": "--max-line-bytes"}
-
-
-@dataclass(frozen=True)
-class AuditOptions:
-    """How the one-step cost audits its archive (``vakpipe audit``'s options)."""
-
-    scheduler: str | None
-    workers: int | None
-    progress: bool | None
-    max_line_bytes: int
-
-
-def _refuse_run_options(ctx: click.Context) -> None:
+def _refuse_audit_options(ctx: click.Context) -> None:
     """A usage error for an audit option given on the command line without ``--out``:
     pricing a committed run starts no audit, so the option would be silently ignored.
     (``DASK_SCHEDULER_ADDRESS`` in the environment is no such request.)"""
