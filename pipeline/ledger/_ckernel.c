@@ -4307,11 +4307,12 @@ ckernel_work_quirk(PyObject *Py_UNUSED(module), PyObject *body)
  * None is null in any; or with ``names``, a tuple of one name per kind, a list of dicts
  * whose missing names are null) as the buffers of Arrow arrays, for pyarrow's
  * Array.from_buffers: per column (null_count, validity or None, values, data or None),
- * a string's values its int32 offsets and its data the UTF-8. pipeline/tables/schemas.py's built_columns: the
- * same arrays as pyarrow's conversion of the rows (a test holds them alike). None where
- * a row or a value is anything else (a str subclass, an int past its column, a lone
- * surrogate, a bool where an int goes, 2 GiB of one column's text): pyarrow converts
- * those rows and decides, as it always did. One pass over the rows, row by row: a
+ * a string's values its int32 offsets and its data the UTF-8. The caller is
+ * pipeline/tables/schemas.py's built_columns; the arrays are the same as pyarrow's
+ * conversion of the rows (a test holds them alike). None where a row or a value is
+ * anything else (a str subclass, an int past its column, a lone surrogate, a bool where
+ * an int goes, 2 GiB of one column's text): pyarrow converts those rows and decides, as
+ * it always did. One pass over the rows, row by row: a
  * column at a time would walk every row's tuple and values once per column. */
 
 #define MAX_COLUMNS 64
