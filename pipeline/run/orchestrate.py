@@ -78,6 +78,8 @@ MIN_BATCH_BYTES = 8 * 2**20
 MAX_BATCH_BYTES = 256 * 2**20
 MAX_BATCH_FILES = 2000
 TASKS_PER_WORKER = 4
+#: How much finer the last wave's batches are cut (:func:`plan_batches`).
+TAIL_SPLIT = 4
 #: Tasks that may lose their workers (Dask's ``KilledWorker``: every worker that ran it
 #: died, ``allowed-failures`` + 1 times) in one run. Each is split in two and run again,
 #: down to the single session that kills workers, which is quarantined: one poison
@@ -106,15 +108,46 @@ def plan_batches(sessions: list[SessionObject], workers: int) -> list[list[Sessi
     [``MIN_BATCH_BYTES``, ``MAX_BATCH_BYTES``], so every worker stays busy to the end
     while each task is large enough to hide the scheduler's per-task cost. A session
     larger than the target is a batch of its own.
+
+    With more than one worker, the last wave (the batches that end in the last
+    ``workers`` targets' worth of bytes) is cut again :data:`TAIL_SPLIT` times finer, in
+    bytes (down to ``MIN_BATCH_BYTES``) and in files: batches of the same size do not
+    take the same time, and they run in plan order, so a worker that finishes its share
+    early then waits for a small task, not a whole one (docs/scaling.md, "Task
+    partitioning").
     """
     total = sum(s.size for s in sessions)
     target = total // max(1, workers * TASKS_PER_WORKER)
     target = min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, target))
+    batches = cut_batches(sessions, target, MAX_BATCH_FILES)
+    if workers > 1:
+        wave = last_wave(batches, total - workers * target)
+        tail = [s for batch in batches[wave:] for s in batch]
+        batches[wave:] = cut_batches(tail, max(MIN_BATCH_BYTES, target // TAIL_SPLIT),
+                                     max(1, MAX_BATCH_FILES // TAIL_SPLIT))
+    return batches
+
+
+def last_wave(batches: list[list[SessionObject]], tail_from: int) -> int:
+    """The index of the first of ``batches`` that ends more than ``tail_from`` bytes into
+    them (``len(batches)`` when none does)."""
+    end = 0
+    for i, batch in enumerate(batches):
+        end += sum(s.size for s in batch)
+        if end > tail_from:
+            return i
+    return len(batches)
+
+
+def cut_batches(sessions: list[SessionObject], most_bytes: int,
+                most_files: int) -> list[list[SessionObject]]:
+    """Sessions in order, in batches of at most ``most_bytes`` and ``most_files`` (a
+    larger session alone), each closed only when the next session does not fit."""
     batches: list[list[SessionObject]] = []
     current: list[SessionObject] = []
     size = 0
     for s in sessions:
-        if current and (size + s.size > target or len(current) >= MAX_BATCH_FILES):
+        if current and (size + s.size > most_bytes or len(current) >= most_files):
             batches.append(current)
             current, size = [], 0
         current.append(s)

@@ -39,9 +39,12 @@ from pipeline.run.orchestrate import (
     MAX_BATCH_BYTES,
     MAX_BATCH_FILES,
     MIN_BATCH_BYTES,
+    TAIL_SPLIT,
     TASKS_PER_WORKER,
     PackedBatch,
     RunSummary,
+    cut_batches,
+    last_wave,
     plan_batches,
     redacted,
     run_audit,
@@ -69,6 +72,18 @@ def objects(sizes: list[int]) -> list[SessionObject]:
     return out
 
 
+def check_cut(batches: list[list[SessionObject]], most_bytes: int, most_files: int) -> None:
+    """A cut within its limits, each batch closed only because the next session did not
+    fit."""
+    for i, b in enumerate(batches):
+        size = sum(s.size for s in b)
+        assert b and len(b) <= most_files
+        # No batch is over the limit, unless it is one session larger than it.
+        assert size <= most_bytes or len(b) == 1, (i, size, most_bytes)
+        if i + 1 < len(batches) and len(b) < most_files:
+            assert size + batches[i + 1][0].size > most_bytes
+
+
 def check_plan(sessions: list[SessionObject], workers: int) -> list[list[SessionObject]]:
     """Invariants of every plan; returns it."""
     batches = plan_batches(sessions, workers)
@@ -77,15 +92,13 @@ def check_plan(sessions: list[SessionObject], workers: int) -> list[list[Session
     target = min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, per_task))
     # Whole sessions, each exactly once, in path order: nothing split, lost or doubled.
     assert [s for b in batches for s in b] == sessions
-    assert all(b for b in batches)
-    for i, b in enumerate(batches):
-        size = sum(s.size for s in b)
-        assert len(b) <= MAX_BATCH_FILES
-        # No batch is over the target, unless it is one session larger than it.
-        assert size <= target or len(b) == 1, (i, size, target)
-        # Greedy: a batch was closed only because the next session did not fit.
-        if i + 1 < len(batches) and len(b) < MAX_BATCH_FILES:
-            assert size + batches[i + 1][0].size > target
+    # An even cut, whose last wave (the batches ending in the last target's worth of
+    # bytes a worker) is cut finer with several workers.
+    even = cut_batches(sessions, target, MAX_BATCH_FILES)
+    kept = last_wave(even, total - workers * target) if workers > 1 else len(even)
+    check_cut(batches[:kept + 1], target, MAX_BATCH_FILES)
+    check_cut(batches[kept:], max(MIN_BATCH_BYTES, target // TAIL_SPLIT),
+              MAX_BATCH_FILES // TAIL_SPLIT)
     return batches
 
 
@@ -108,16 +121,34 @@ def test_plan_batches_never_splits_and_balances_bytes(seed: int) -> None:
     batches = check_plan(sessions, workers)
     total = sum(sizes)
     target = min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, total // (workers * TASKS_PER_WORKER)))
-    # Balanced: two neighbours always hold more than a target, so the batch count stays
-    # within twice the ideal (plus one for the tail).
-    assert len(batches) <= 2 * total // target + 1
+    small = max(MIN_BATCH_BYTES, target // TAIL_SPLIT)
+    # Balanced: two neighbours always hold more than their limit, so the batch count
+    # stays within twice the ideal (the last wave's at its finer size, plus one each).
+    wave = min(total, workers * target + MAX_BATCH_BYTES) if workers > 1 else 0
+    assert len(batches) <= 2 * total // target + 2 * wave // small + 2
 
 
 def test_plan_batches_uniform_sessions_make_even_batches() -> None:
     sessions = objects([MB] * 400)  # 400 MB over 2 workers: target 50 MB
     batches = check_plan(sessions, 2)
-    assert len(batches) == 2 * TASKS_PER_WORKER
-    assert {len(b) for b in batches} == {50}
+    # The last wave (100 MB, one target a worker) in batches a quarter the size.
+    assert [len(b) for b in batches] == [50] * 6 + [12] * 8 + [4]
+    # A remainder is in the last wave, which still holds a target's worth a worker.
+    batches = check_plan(sessions + objects([MB // 2]), 2)
+    assert [len(b) for b in batches] == [50] * 6 + [12] * 8 + [5]
+    # One worker waits for nobody: even batches to the end.
+    assert [len(b) for b in check_plan(sessions, 1)] == [100] * TASKS_PER_WORKER
+
+
+def test_plan_batches_last_wave_is_finer_in_files_too() -> None:
+    # Small sessions: the file count binds, in the last wave at a quarter of it. 24 MB
+    # over 2 workers: a target of MIN_BATCH_BYTES, the last 16 MiB the last wave.
+    sessions = objects([1024] * 24_000)
+    batches = check_plan(sessions, 2)
+    quarter = MAX_BATCH_FILES // TAIL_SPLIT
+    assert [len(b) for b in batches] == [MAX_BATCH_FILES] * 3 + [quarter] * 36
+    # An archive smaller than a wave is all last wave.
+    assert [len(b) for b in check_plan(objects([10] * 3000), 2)] == [quarter] * 6
 
 
 def test_plan_batches_file_count_limit() -> None:

@@ -49,9 +49,11 @@ ONE_TASK = {"DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "1.0"}
 
 @pytest.fixture
 def many_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Small sessions still make several tasks (two per worker, of about two sessions)."""
+    """Small sessions still make several tasks (two per worker, of about two sessions,
+    the last wave no finer: a batch to bisect holds more than one)."""
     monkeypatch.setattr(orchestrate, "MIN_BATCH_BYTES", 1)
     monkeypatch.setattr(orchestrate, "TASKS_PER_WORKER", 2)
+    monkeypatch.setattr(orchestrate, "TAIL_SPLIT", 1)
 
 
 def tables(out: Location, names: list[str] = TABLES) -> dict[str, list[dict[str, Any]]]:
