@@ -50,7 +50,7 @@ from pipeline.ledger.types import Code, Finding
 from pipeline.run.batches import BatchResult, RunContext, audit_batch
 from pipeline.synth.fleet import write_fleet
 from pipeline.tables.schemas import DATASETS, SESSIONS_SCHEMA, findings_table
-from tests.helpers.storage import Places, places, plain_rows
+from tests.helpers.storage import BUCKET, Places, places, plain_rows
 
 SESSIONS, FINDINGS = "integrity/sessions", "integrity/findings"
 
@@ -247,6 +247,81 @@ def test_a_crash_inside_the_commit_keeps_the_previous_manifest(
     staged(out, "run-3", {0: ["q"]}).commit({})
     data_files = sorted(p for p in snapshot(out) if p.endswith(".parquet"))
     assert data_files == [f"{d}/part-run-3-00000.parquet" for d in sorted(DATASETS)]
+
+
+def test_a_failed_move_keeps_the_previous_manifest(
+    where: Places, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = where.out
+    staged(out, "run-1", {0: ["a"], 1: ["b"]}).commit({})
+    before = snapshot(out)
+
+    def failing_mv(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise PermissionError("simulated: the copy was refused")
+
+    # The parts move one by one (locally) or in one call (S3): both fail alike.
+    monkeypatch.setattr(type(out.filesystem()), "mv", failing_mv)
+    with pytest.raises(CommitError, match="run-2"):
+        staged(out, "run-2", {0: ["x"], 1: ["y"], 2: ["z"]}).commit({})
+    monkeypatch.undo()
+    out.filesystem().invalidate_cache()
+    assert read_manifest(out)["run_id"] == "run-1"  # type: ignore[index]
+    published = {p: b for p, b in snapshot(out).items() if not p.startswith(STAGING)}
+    assert published == before
+
+
+@pytest.mark.usefixtures("s3")
+def test_on_s3_parts_move_and_old_parts_go_in_bulk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A move on S3 is a copy and a delete: the parts of a run go in one call, whose
+    copies run concurrently and whose deletes (the staged parts', then the previous
+    run's) go 1,000 keys a request."""
+    out = places("s3", Path("unused")).out
+    staged(out, "run-1", {i: [f"a{i}"] for i in range(5)}).commit({})
+    calls: list[tuple[str, int]] = []
+    fs = out.filesystem()  # the instance every call of the commit gets (s3fs caches it)
+    real_mv, real_rm = fs.mv, fs.rm
+
+    def mv(path1: Any, path2: Any, **kwargs: Any) -> None:
+        calls.append(("mv", len(path1) if isinstance(path1, list) else 1))
+        real_mv(path1, path2, **kwargs)
+
+    def rm(path: Any, **kwargs: Any) -> None:
+        calls.append(("rm", len(path) if isinstance(path, list) else 1))
+        real_rm(path, **kwargs)
+
+    monkeypatch.setattr(fs, "mv", mv)
+    monkeypatch.setattr(fs, "rm", rm)
+    staged(out, "run-2", {i: [f"b{i}"] for i in range(4)}).commit({})
+    # Every dataset's parts (4 staged in two, an empty one in each other) in one move,
+    # and each Parquet dataset's 5 (or 1) old parts in one delete.
+    # Every dataset's parts (4 staged in two datasets, an empty one in each other) in
+    # one move: one copy call, one delete of the staged keys. Then each of the two
+    # datasets' 5 old parts in one delete.
+    moved = 2 * 4 + len(DATASETS) - 2
+    assert calls[:2] == [("mv", moved), ("rm", moved)]
+    assert calls.count(("rm", 5)) == 2
+    data_files = sorted(p for p in snapshot(out) if p.endswith(".parquet"))
+    assert data_files == sorted(f"{d}/part-run-2-{i:05d}.parquet" for d in DATASETS
+                                for i in (range(4) if d in (SESSIONS, FINDINGS) else [0]))
+    assert sorted(read_dataset(out, SESSIONS)["session_path"].to_pylist()) == [
+        "b0", "b1", "b2", "b3"]
+
+
+@pytest.mark.usefixtures("s3")
+def test_an_output_named_like_a_glob_moves_one_by_one_and_touches_no_neighbour() -> None:
+    """fsspec expands ``*``, ``?`` and ``[`` in the paths of a list call: an output
+    named ``out[1]`` would reach ``out1``. Such names move and delete one by one."""
+    neighbour = resolve(f"s3://{BUCKET}/out1")
+    staged(neighbour, "theirs", {0: ["n"]}).commit({})
+    theirs = snapshot(neighbour)
+    out = resolve(f"s3://{BUCKET}/out[1]")
+    staged(out, "run-1", {0: ["a"], 1: ["b"], 2: ["c"]}).commit({})
+    staged(out, "run-2", {0: ["x"], 1: ["y"]}).commit({})
+    assert sorted(read_dataset(out, SESSIONS)["session_path"].to_pylist()) == ["x", "y"]
+    data_files = sorted(p for p in snapshot(out) if p.endswith(".parquet"))
+    assert data_files == sorted(f"{d}/part-run-2-{i:05d}.parquet" for d in DATASETS
+                                for i in (range(2) if d in (SESSIONS, FINDINGS) else [0]))
+    assert snapshot(neighbour) == theirs
 
 
 def test_read_dataset_without_a_commit(where: Places) -> None:
