@@ -8,7 +8,9 @@ sessions (docs/scaling.md reads these numbers):
   run lists them (:func:`pipeline.io.storage.enumerate_sessions`: one recursive ``find``
   plus filtering): seconds, keys per second, and the memory the listing holds;
 * **planning**: :func:`pipeline.run.orchestrate.plan_batches` on 10^6 synthetic sessions
-  (heavy-tailed sizes, 100 KB mean): seconds and the tasks it makes for 8 to 256 workers;
+  (heavy-tailed sizes, 100 KB mean): seconds and the tasks it makes for 8 to 256 workers,
+  and each plan's run simulated (task times spread as measured here) against the ideal
+  and against the same plan without its finer last wave;
 * **scheduler overhead**: ``--tasks`` trivial tasks submitted to a LocalCluster of two
   worker processes the way :func:`pipeline.run.orchestrate.run_batches` submits batches
   (one ``submit`` each, ``as_completed``): milliseconds per task;
@@ -27,7 +29,9 @@ are extrapolations, and say so. Run:
 from __future__ import annotations
 
 import argparse
+import heapq
 import random
+import statistics
 import sys
 import time
 import tracemalloc
@@ -42,7 +46,14 @@ from bench.common import cluster, timed
 from pipeline.io.commit import StagedRun, new_run_id
 from pipeline.io.storage import SessionObject, enumerate_sessions, resolve
 from pipeline.ledger.layout import SessionKey
-from pipeline.run.orchestrate import plan_batches
+from pipeline.run.orchestrate import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_FILES,
+    MIN_BATCH_BYTES,
+    TASKS_PER_WORKER,
+    cut_batches,
+    plan_batches,
+)
 from pipeline.synth.local_s3 import local_s3
 
 MILLION = 1_000_000
@@ -143,11 +154,40 @@ def synthetic_sessions(n: int, seed: int = 1) -> list[SessionObject]:
     return out
 
 
+#: The simulated tasks' speed (the replay's, a worker) and cost a task (the scheduler's
+#: ~6 ms and the task's own tables, redaction and encoding, ~9 ms: docs/scaling.md).
+SIM_MB_S, SIM_TASK_S = 7.0, 0.015
+#: The spread of a task's time about its bytes' share (lognormal sigma): the same
+#: batches took 5-18% apart (coefficient of variation) in Dask's task stream here.
+SIM_SPREAD = 0.15
+
+
+def simulated_run(batches: list[list[SessionObject]], workers: int,
+                  seed: int = 0) -> tuple[float, float]:
+    """The wall time of ``batches`` on ``workers``, each taking the next batch in plan
+    order as it frees (as Dask's queue hands them out), each batch's time its bytes at
+    :data:`SIM_MB_S` times a random spread, plus :data:`SIM_TASK_S`: returns the run's
+    time against the ideal (all the work spread evenly) and the workers' idle seconds at
+    the end, on average."""
+    rng = random.Random(seed)
+    free = [0.0] * workers
+    heapq.heapify(free)
+    work = 0.0
+    for batch in batches:
+        seconds = (sum(s.size for s in batch) / 1e6 / SIM_MB_S
+                   * rng.lognormvariate(0, SIM_SPREAD) + SIM_TASK_S)
+        work += seconds
+        heapq.heappush(free, heapq.heappop(free) + seconds)
+    end = max(free)
+    return end / (work / workers), sum(end - f for f in free) / workers
+
+
 def measure_planning(n: int = MILLION) -> None:
     sessions = synthetic_sessions(n)
     total = sum(s.size for s in sessions)
     print(f"planning: {n:,} sessions, {total / 1e9:.0f} GB (lognormal sizes, "
-          f"mean {total / n / 1e3:.0f} KB)")
+          f"mean {total / n / 1e3:.0f} KB); a simulated run of each plan at {SIM_MB_S:g} "
+          f"MB/s a worker, task times spread by {SIM_SPREAD:.0%}, against the ideal")
     for workers in (8, 32, 128, 256):
         batches, seconds = timed(lambda w=workers: plan_batches(sessions, w))  # type: ignore[misc]
         sizes = sorted(sum(s.size for s in b) for b in batches)
@@ -155,6 +195,21 @@ def measure_planning(n: int = MILLION) -> None:
         print(f"  {workers:>3} workers: {len(batches):>5} tasks in {seconds:.2f} s; "
               f"median task {sizes[len(sizes) // 2] / 2**20:.0f} MiB, "
               f"largest {sizes[-1] / 2**20:.0f} MiB, most files in one task {files}")
+        # The same plan without its finer last wave (the even cut), simulated alike.
+        even = cut_batches(sessions, _target(total, workers), MAX_BATCH_FILES)
+        runs = [[simulated_run(plan, workers, seed) for seed in range(5)]
+                for plan in (even, batches)]
+        (even_x, even_idle), (plan_x, plan_idle) = (
+            (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
+            for rs in runs)
+        print(f"       simulated: {plan_x:.3f} x the ideal, {plan_idle:.1f} s idle a "
+              f"worker at the end; even batches to the end ({len(even)} tasks): "
+              f"{even_x:.3f} x, {even_idle:.1f} s")
+
+
+def _target(total: int, workers: int) -> int:
+    """:func:`plan_batches`' target bytes a batch."""
+    return min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, total // (workers * TASKS_PER_WORKER)))
 
 
 def _noop(i: int) -> int:
@@ -182,7 +237,8 @@ def measure_scheduler(tasks: int) -> None:
 def measure_commit(parts: int) -> None:
     datasets = ["integrity/sessions", "integrity/findings", "turns", "requests"]
     schema = pa.schema([("session_path", pa.string()), ("n", pa.int64())])
-    print(f"commit: {parts:,} parts in each of {len(datasets)} datasets on moto")
+    print(f"commit: {parts:,} parts in each of {len(datasets)} datasets on moto, then a "
+          "second run's as many in their place")
     with local_s3() as server:
         import boto3
         import s3fs
@@ -191,19 +247,21 @@ def measure_commit(parts: int) -> None:
         s3fs.S3FileSystem.clear_instance_cache()
         boto3.client("s3", endpoint_url=server.endpoint).create_bucket(Bucket=BUCKET)
         out = resolve(f"s3://{BUCKET}/reports/scale")
-        staged = StagedRun(out, new_run_id(), dict.fromkeys(datasets, schema))
         table = pa.table({"session_path": ["a"], "n": [1]}, schema=schema)
+        n = parts * len(datasets)
+        for run in ("first", "second"):
+            staged = StagedRun(out, new_run_id(), dict.fromkeys(datasets, schema))
 
-        def stage() -> None:
-            for name in datasets:
-                for i in range(parts):
-                    staged.write_part(name, i, table)
+            def stage(staged: StagedRun = staged) -> None:
+                for name in datasets:
+                    for i in range(parts):
+                        staged.write_part(name, i, table)
 
-        _, staging = timed(stage)
-        _, seconds = timed(lambda: staged.commit({}))
-    n = parts * len(datasets)
-    print(f"  staging {n:,} parts: {staging:.1f} s; commit: {seconds:.1f} s = "
-          f"{seconds / n * 1000:.1f} ms per part (serial: copy + delete + listing)")
+            _, staging = timed(stage)
+            _, seconds = timed(lambda staged=staged: staged.commit({}))  # type: ignore[misc]
+            deletes = ", the first run's parts deleted" if run == "second" else ""
+            print(f"  {run} run: staging {n:,} parts {staging:.1f} s; commit {seconds:.1f} s "
+                  f"= {seconds / n * 1000:.1f} ms per part (moved{deletes})")
 
 
 def measure_tables(sessions: int) -> None:
