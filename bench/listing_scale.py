@@ -46,14 +46,7 @@ from bench.common import cluster, timed
 from pipeline.io.commit import StagedRun, new_run_id
 from pipeline.io.storage import SessionObject, enumerate_sessions, resolve
 from pipeline.ledger.layout import SessionKey
-from pipeline.run.orchestrate import (
-    MAX_BATCH_BYTES,
-    MAX_BATCH_FILES,
-    MIN_BATCH_BYTES,
-    TASKS_PER_WORKER,
-    cut_batches,
-    plan_batches,
-)
+from pipeline.run.orchestrate import MAX_BATCH_FILES, batch_target, cut_batches, plan_batches
 from pipeline.synth.local_s3 import local_s3
 
 MILLION = 1_000_000
@@ -196,7 +189,7 @@ def measure_planning(n: int = MILLION) -> None:
               f"median task {sizes[len(sizes) // 2] / 2**20:.0f} MiB, "
               f"largest {sizes[-1] / 2**20:.0f} MiB, most files in one task {files}")
         # The same plan without its finer last wave (the even cut), simulated alike.
-        even = cut_batches(sessions, _target(total, workers), MAX_BATCH_FILES)
+        even = cut_batches(sessions, batch_target(total, workers), MAX_BATCH_FILES)
         runs = [[simulated_run(plan, workers, seed) for seed in range(5)]
                 for plan in (even, batches)]
         (even_x, even_idle), (plan_x, plan_idle) = (
@@ -205,11 +198,6 @@ def measure_planning(n: int = MILLION) -> None:
         print(f"       simulated: {plan_x:.3f} x the ideal, {plan_idle:.1f} s idle a "
               f"worker at the end; even batches to the end ({len(even)} tasks): "
               f"{even_x:.3f} x, {even_idle:.1f} s")
-
-
-def _target(total: int, workers: int) -> int:
-    """:func:`plan_batches`' target bytes a batch."""
-    return min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, total // (workers * TASKS_PER_WORKER)))
 
 
 def _noop(i: int) -> int:

@@ -117,8 +117,7 @@ def plan_batches(sessions: list[SessionObject], workers: int) -> list[list[Sessi
     partitioning").
     """
     total = sum(s.size for s in sessions)
-    target = total // max(1, workers * TASKS_PER_WORKER)
-    target = min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, target))
+    target = batch_target(total, workers)
     batches = cut_batches(sessions, target, MAX_BATCH_FILES)
     if workers > 1:
         wave = last_wave(batches, total - workers * target)
@@ -126,6 +125,14 @@ def plan_batches(sessions: list[SessionObject], workers: int) -> list[list[Sessi
         batches[wave:] = cut_batches(tail, max(MIN_BATCH_BYTES, target // TAIL_SPLIT),
                                      max(1, MAX_BATCH_FILES // TAIL_SPLIT))
     return batches
+
+
+def batch_target(total: int, workers: int) -> int:
+    """The bytes :func:`plan_batches` aims a batch at, for ``total`` bytes on
+    ``workers``: ``TASKS_PER_WORKER`` batches a worker, clamped to
+    [``MIN_BATCH_BYTES``, ``MAX_BATCH_BYTES``]."""
+    return min(MAX_BATCH_BYTES,
+               max(MIN_BATCH_BYTES, total // max(1, workers * TASKS_PER_WORKER)))
 
 
 def last_wave(batches: list[list[SessionObject]], tail_from: int) -> int:

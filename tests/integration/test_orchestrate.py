@@ -124,7 +124,8 @@ def test_plan_batches_never_splits_and_balances_bytes(seed: int) -> None:
     small = max(MIN_BATCH_BYTES, target // TAIL_SPLIT)
     # Balanced: two neighbours always hold more than their limit, so the batch count
     # stays within twice the ideal (the last wave's at its finer size, plus one each).
-    wave = min(total, workers * target + MAX_BATCH_BYTES) if workers > 1 else 0
+    # The last wave: a target's worth a worker, and the batch that ends in it.
+    wave = min(total, (workers + 1) * target) if workers > 1 else 0
     assert len(batches) <= 2 * total // target + 2 * wave // small + 2
 
 
