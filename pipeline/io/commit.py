@@ -389,9 +389,7 @@ class StagedRun:
         except CorruptManifestError:
             if not _RECOVER.get():
                 raise
-            aside = self.out.join(f"{MANIFEST}.corrupt-{self.run_id}")
-            self.out.check_inside(aside)
-            self.out.filesystem().mv(manifest, aside)
+            self._move(manifest, self.out.join(f"{MANIFEST}.corrupt-{self.run_id}"))
 
     def _move(self, source: str, target: str) -> None:
         """Move a staged file into place, never through (or onto) a link."""
