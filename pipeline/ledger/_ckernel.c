@@ -4312,8 +4312,8 @@ ckernel_work_quirk(PyObject *Py_UNUSED(module), PyObject *body)
  * conversion of the rows (a test holds them alike). None where a row or a value is
  * anything else (a str subclass, an int past its column, a lone surrogate, a bool where
  * an int goes, 2 GiB of one column's text): pyarrow converts those rows and decides, as
- * it always did. One pass over the rows, row by row: a
- * column at a time would walk every row's tuple and values once per column. */
+ * it always did. One pass over the rows, row by row: a column at a time would walk
+ * every row's tuple and values once per column. */
 
 #define MAX_COLUMNS 64
 
