@@ -24,11 +24,10 @@ import ctypes
 import ctypes.util
 import functools
 import json
-import posixpath
-import shutil
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import suppress
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -39,7 +38,7 @@ import pyarrow.parquet as pq
 from jobs.nightly_audit import NightlySummary, check_layout, options_fingerprint
 from pipeline.audit.checkpoint import Checkpoint, missing_finding
 from pipeline.errors import BaselineError, UsageError
-from pipeline.io.commit import StagedRun, new_run_id, read_manifest
+from pipeline.io.commit import StagedRun, new_run_id, read_manifest, remove_tree
 from pipeline.io.delta import (
     CREATED,
     NIGHT,
@@ -269,18 +268,8 @@ def _counts(tables: Tables, version: dict[str, int], run: RunSummary) -> None:
 
 def _remove_scratch(out: Location) -> None:
     """Best effort: tonight's rows are in the tables now."""
-    path = out.join(SCRATCH)
-    out.check_inside(path, leaf=False)
-    try:
-        if out.protocol == "file":
-            if posixpath.isdir(path) and not posixpath.islink(path):
-                shutil.rmtree(path)
-        else:
-            fs = out.filesystem()
-            if fs.exists(path):
-                fs.rm(path, recursive=True)
-    except storage_errors():
-        pass
+    with suppress(*storage_errors()):
+        remove_tree(out, out.join(SCRATCH))
 
 
 def _recover(tables: Tables, last: dict[str, Any] | None) -> None:

@@ -441,26 +441,20 @@ class StagedRun:
         its own (a file hard-linked there is replaced, never written through)."""
         write_small_file(self.out, path, data)
 
-    def _remove(self, path: str, *, recursive: bool = False) -> None:
-        """Remove ``path`` below ``OUT``, never what a link leads to: on a local disk a
-        link is unlinked itself, a folder removed only with ``recursive`` (by
-        :func:`shutil.rmtree`, which unlinks the links inside it too)."""
+    def _remove(self, path: str) -> None:
+        """Remove the file ``path`` below ``OUT``, never what a link leads to: on a local
+        disk a link is unlinked itself, a folder left alone (:func:`remove_tree` removes
+        folders)."""
         self.out.check_inside(path, leaf=False)
         if self.out.protocol == "file":
             if os.path.islink(path):
                 os.unlink(path)
-            elif os.path.isdir(path):
-                if recursive:
-                    shutil.rmtree(path)
-            elif os.path.lexists(path):
+            elif os.path.lexists(path) and not os.path.isdir(path):
                 os.remove(path)
             return
         fs = self.out.filesystem()
         if fs.exists(path):
-            if recursive:
-                fs.rm(path, recursive=True)
-            else:
-                fs.rm_file(path)  # literal (see _move)
+            fs.rm_file(path)  # literal (see _move)
 
     def commit(self, summary: dict[str, Any]) -> dict[str, Any]:
         """Publish the staged parts atomically; return the manifest written.
@@ -603,7 +597,7 @@ class StagedRun:
             for path in fs.ls(staging, detail=False):
                 name = posixpath.basename(path.rstrip("/"))
                 if name < self.run_id and not unsafe_segment(name):
-                    self._remove(self.out.join(STAGING, name), recursive=True)
+                    remove_tree(self.out, self.out.join(STAGING, name))
         except _best_effort_errors():
             pass
 
@@ -614,11 +608,47 @@ class StagedRun:
         staging = self.out.join(STAGING)
         try:
             self.out.check_inside(self.stage_path)
-            self._remove(self.stage_path, recursive=True)
+            remove_tree(self.out, self.stage_path)
             if fs.exists(staging) and not fs.ls(staging, detail=False):
                 fs.rmdir(staging)
         except _best_effort_errors():  # best effort: a later run ignores stale staging
             pass
+
+
+def remove_tree(out: Location, path: str) -> None:
+    """Remove ``path`` below ``out`` and everything below it: the one way vakpipe removes
+    a folder of its own (a run's staging folder, the nightly's scratch output).
+
+    Never through a link: on a local disk a link at ``path`` is unlinked itself, and a
+    folder is removed by :func:`shutil.rmtree`, which unlinks the links inside it. On an
+    object store the path is read literally: fsspec's recursive ``rm`` reads ``*``,
+    ``?`` and ``[`` as a glob pattern, so below an output named ``out[1]`` it would
+    reach ``out1``'s folder of the same name. Such a path's files are listed (a prefix
+    listing, literal) and deleted one by one. Nothing at ``path`` is no error.
+
+    Raises
+    ------
+    UnsafeOutputError
+        ``path`` is not below ``out``, or a link lies on its way.
+    """
+    out.check_inside(path, leaf=False)
+    if out.protocol == "file":
+        if os.path.islink(path):
+            os.unlink(path)
+        elif os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+        return
+    fs = out.filesystem()
+    if not _GLOB.search(path):
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+        return
+    for found in fs.find(path):
+        out.check_inside(found, leaf=False)
+        fs.rm_file(found)
+    fs.invalidate_cache(path)
 
 
 def _best_effort_errors() -> tuple[type[BaseException], ...]:

@@ -42,6 +42,7 @@ from pipeline.io.commit import (
     read_dataset,
     read_manifest,
     recovering_manifests,
+    remove_tree,
     valid_dataset_name,
     valid_file_name,
 )
@@ -324,6 +325,48 @@ def test_an_output_named_like_a_glob_moves_one_by_one_and_touches_no_neighbour()
     assert snapshot(neighbour) == theirs
 
 
+def test_remove_tree_removes_the_folder_and_nothing_beside_it(where: Places) -> None:
+    fs = where.out.filesystem()
+    for rel in ("_scratch/a.parquet", "_scratch/x/b.parquet", "_scratch2/c", "keep.json"):
+        where.out.makedirs(posixpath.dirname(where.out.join(rel)))
+        fs.pipe_file(where.out.join(rel), b"x")
+    remove_tree(where.out, where.out.join("_scratch"))
+    assert sorted(snapshot(where.out)) == ["_scratch2/c", "keep.json"]
+    remove_tree(where.out, where.out.join("_scratch"))  # nothing there: no error
+
+
+def test_remove_tree_unlinks_a_link_and_never_follows_it(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "archive"
+    (elsewhere / "sub").mkdir(parents=True)
+    (elsewhere / "sub" / "ledger.jsonl").write_bytes(b"{}")
+    out = resolve(str(tmp_path / "out"))
+    (tmp_path / "out" / "_scratch").mkdir(parents=True)
+    (tmp_path / "out" / "_scratch" / "in").symlink_to(elsewhere)
+    (tmp_path / "out" / "gone").symlink_to(elsewhere / "sub")
+    remove_tree(out, out.join("_scratch"))
+    remove_tree(out, out.join("gone"))
+    assert os.listdir(tmp_path / "out") == []
+    assert (elsewhere / "sub" / "ledger.jsonl").read_bytes() == b"{}"
+    with pytest.raises(UnsafeOutputError):
+        remove_tree(out, str(elsewhere))
+
+
+@pytest.mark.usefixtures("s3")
+def test_remove_tree_reads_a_glob_like_output_literally() -> None:
+    """fsspec's recursive ``rm`` globs: ``out[1]/_scratch`` would match ``out1/_scratch``
+    (the nightly's scratch folder has one fixed name in every output)."""
+    fs = fsspec.filesystem("s3")
+    for name in ("out[1]", "out1"):
+        for rel in ("_scratch/a.parquet", "_scratch/x/b.parquet", "keep.json"):
+            fs.pipe_file(f"{BUCKET}/{name}/{rel}", b"x")
+    out, neighbour = resolve(f"s3://{BUCKET}/out[1]"), resolve(f"s3://{BUCKET}/out1")
+    theirs = snapshot(neighbour)
+    remove_tree(out, out.join("_scratch"))
+    assert sorted(snapshot(out)) == ["keep.json"]
+    assert snapshot(neighbour) == theirs
+    remove_tree(out, out.join("_scratch"))
+
+
 def test_read_dataset_without_a_commit(where: Places) -> None:
     assert read_manifest(where.out) is None
     with pytest.raises(FileNotFoundError, match="integrity/sessions"):
@@ -495,7 +538,7 @@ def test_links_on_the_way_are_refused_a_link_removed_is_unlinked(tmp_path: Path)
         run.commit({})  # refused before anything moved
     assert not Path(out.join(SESSIONS)).exists() and not Path(out.join(MANIFEST)).exists()
     run.abort()
-    run._remove(out.join("usage"), recursive=True)
+    remove_tree(out, out.join("usage"))
     assert not os.path.lexists(out.join("usage"))
     assert (elsewhere / "keep.parquet").read_bytes() == b"keep"
 
