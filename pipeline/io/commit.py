@@ -624,7 +624,7 @@ def remove_tree(out: Location, path: str) -> None:
     object store the path is read literally: fsspec's recursive ``rm`` reads ``*``,
     ``?`` and ``[`` as a glob pattern, so below an output named ``out[1]`` it would
     reach ``out1``'s folder of the same name. Such a path's files are listed (a prefix
-    listing, literal) and deleted one by one. Nothing at ``path`` is no error.
+    listing, literal) and deleted one by one. A path with nothing at it is no error.
 
     Raises
     ------
