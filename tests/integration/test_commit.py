@@ -11,6 +11,7 @@ import json
 import os
 import posixpath
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -365,6 +366,30 @@ def test_remove_tree_reads_a_glob_like_output_literally() -> None:
     assert sorted(snapshot(out)) == ["keep.json"]
     assert snapshot(neighbour) == theirs
     remove_tree(out, out.join("_scratch"))
+
+
+#: Output names that fsspec's glob would read as patterns matching one another.
+GLOBBY = st.text(alphabet="ab1*?[]", min_size=1, max_size=5)
+
+
+@given(names=st.lists(GLOBBY, min_size=2, max_size=4, unique=True))
+def test_remove_tree_removes_only_its_own_folder_whatever_the_names(names: list[str]) -> None:
+    """On an object store (here fsspec's memory one, whose ``rm`` globs as s3fs's does),
+    removing ``<name>/_scratch`` leaves every other output's folder of that name."""
+    fs = fsspec.filesystem("memory")
+    base = f"globby-{uuid.uuid4().hex[:8]}"
+    outs = [resolve(f"memory://{base}/{name}") for name in names]
+    for out in outs:
+        for rel in ("_scratch/a", "_scratch/x/b", "keep"):
+            fs.pipe_file(out.join(rel), b"x")
+    try:
+        remove_tree(outs[0], outs[0].join("_scratch"))
+        left = {p.lstrip("/").split("/", 1)[1] for p in fs.find(f"/{base}")}
+        assert left == {f"{name}/{rel}" for name in names
+                        for rel in ("_scratch/a", "_scratch/x/b", "keep")
+                        if name != names[0] or rel == "keep"}
+    finally:
+        fs.rm(f"/{base}", recursive=True)
 
 
 def test_read_dataset_without_a_commit(where: Places) -> None:
