@@ -84,12 +84,18 @@ def check_cut(batches: list[list[SessionObject]], most_bytes: int, most_files: i
             assert size + batches[i + 1][0].size > most_bytes
 
 
+def expected_target(total: int, workers: int) -> int:
+    """The batch target the plan's rule gives (stated here, not read from the code under
+    test): ``TASKS_PER_WORKER`` batches a worker, clamped to the batch size limits."""
+    per_task = total // max(1, workers * TASKS_PER_WORKER)
+    return min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, per_task))
+
+
 def check_plan(sessions: list[SessionObject], workers: int) -> list[list[SessionObject]]:
     """Invariants of every plan; returns it."""
     batches = plan_batches(sessions, workers)
     total = sum(s.size for s in sessions)
-    per_task = total // max(1, workers * TASKS_PER_WORKER)
-    target = min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, per_task))
+    target = expected_target(total, workers)
     # Whole sessions, each exactly once, in path order: nothing split, lost or doubled.
     assert [s for b in batches for s in b] == sessions
     # An even cut, whose last wave (the batches ending in the last target's worth of
@@ -120,7 +126,7 @@ def test_plan_batches_never_splits_and_balances_bytes(seed: int) -> None:
     sessions = objects(sizes)
     batches = check_plan(sessions, workers)
     total = sum(sizes)
-    target = min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, total // (workers * TASKS_PER_WORKER)))
+    target = expected_target(total, workers)
     small = max(MIN_BATCH_BYTES, target // TAIL_SPLIT)
     # Balanced: two neighbours always hold more than their limit, so the batch count
     # stays within twice the ideal (the last wave's at its finer size, plus one each).
