@@ -5,7 +5,9 @@ Prints, measured in the same run (machines here are noisy, so only ratios matter
 * the raw floor: one process reading the corpus, hashing each line with SHA-256 and
   parsing it with orjson;
 * ``vakpipe audit`` with 1 worker and with 2 workers, as MB/s and as ratios
-  (targets, issue 21: 1 worker >= 1.0 x the floor; 2 workers >= 1.8 x 1 worker);
+  (targets, issue 21: 1 worker >= 1.0 x the floor; 2 workers >= 1.8 x 1 worker): the
+  best of each over the rounds, then each round's own ratios and their median (a round
+  times the floor, the 1-worker run and the 2-worker run back to back);
 * the ceiling of that last ratio on this machine: the floor itself in two processes
   against one (two cores shared with everything else the machine runs);
 * the peak resident memory of the worker that audits one 1 GB session (target < 1 GB);
@@ -29,6 +31,7 @@ import collections
 import hashlib
 import multiprocessing
 import shutil
+import statistics
 import sys
 import tempfile
 from collections.abc import Callable
@@ -120,23 +123,38 @@ def digest_calls() -> str:
     return f", its digests through {sha256_calls()}"
 
 
-def audit_with(root: Path, workers: int, repeat: int = 1,
-               between: Callable[[], object] | None = None) -> tuple[float, dict[str, int]]:
-    """Best wall time of ``repeat`` audit runs on one private cluster, and the worker
-    peaks; ``between`` runs before each (to interleave the floor with the runs)."""
+def audit_seconds(root: Path, out: Path, address: str) -> float:
+    """Wall time of one ``run_audit`` of ``root`` on the cluster at ``address``."""
+    return timed(lambda: run_audit(resolve(str(root)), resolve(str(out)), scheduler=address,
+                                   progress=False))[1]
+
+
+def audit_with(root: Path, workers: int) -> tuple[float, dict[str, int]]:
+    """Wall time of one audit run on a private cluster, and the worker peaks."""
     out = Path(tempfile.mkdtemp(prefix="vakpipe-bench-out-"))
-    best = float("inf")
     try:
         with cluster(workers) as (address, client):
-            for _ in range(repeat):
-                if between is not None:
-                    between()
-                _, seconds = timed(lambda: run_audit(resolve(str(root)), resolve(str(out)),
-                                                     scheduler=address, progress=False))
-                best = min(best, seconds)
-            return best, worker_peaks(client)
+            return audit_seconds(root, out, address), worker_peaks(client)
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def rounds(root: Path, repeat: int) -> list[tuple[float, float, float]]:
+    """``repeat`` rounds of (the floor, a 1-worker run, a 2-worker run), wall seconds,
+    the three back to back in each round, both clusters started before the first."""
+    out = Path(tempfile.mkdtemp(prefix="vakpipe-bench-out-"))
+    try:
+        with cluster(1) as (one, _), cluster(2) as (two, _):
+            return [(timed(lambda: raw_floor(root))[1], audit_seconds(root, out, one),
+                     audit_seconds(root, out, two)) for _ in range(repeat)]
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def spread(ratios: list[float]) -> str:
+    """Each round's ratio and their median, as a report's clause."""
+    return (" / ".join(f"{r:.2f}" for r in ratios)
+            + f", median {statistics.median(ratios):.2f}")
 
 
 def main() -> None:
@@ -154,14 +172,11 @@ def main() -> None:
     size = corpus_bytes(root)
     print(f"corpus: {root} {size / MB:,.0f} MB in {sum(1 for _ in root.rglob('*.jsonl'))} sessions")
 
-    # The machines are noisy (the same run varies by +-25%): each figure is the best of
-    # --repeat runs, the floor measured between the 1-worker runs so both see the same
-    # conditions.
-    floors: list[float] = []
-    one_s, _ = audit_with(root, 1, args.repeat,
-                          between=lambda: floors.append(timed(lambda: raw_floor(root))[1]))
-    two_s, _ = audit_with(root, 2, args.repeat)
-    floor_s = min(floors)
+    # The machines are noisy (the same run varies by +-25%, and the machine's speed moves
+    # between minutes): each figure is the best of --repeat rounds, and each round's
+    # ratios are printed too, its floor and runs timed back to back.
+    timings = rounds(root, args.repeat)
+    floor_s, one_s, two_s = (min(column) for column in zip(*timings, strict=True))
     floor, one, two = size / MB / floor_s, size / MB / one_s, size / MB / two_s
     # The two-worker target's ceiling on this machine: the floor itself in two processes
     # (started before the clock, as the cluster's workers are), against one, interleaved.
@@ -176,6 +191,8 @@ def main() -> None:
           f"= {two / one:.2f} x 1 worker (target >= 1.80)")
     print(f"this machine's ceiling for that ratio: the floor in 2 processes = "
           f"{alone.wall / paired.wall:.2f} x 1 process")
+    print(f"round by round: 1 worker x floor {spread([f / o for f, o, _ in timings])}; "
+          f"2 workers x 1 worker {spread([o / t for _, o, t in timings])}")
 
     # Where one worker's time goes, each stage against a floor measured in the same
     # rounds (CPU seconds: the stages run in this one process), with each kernel.

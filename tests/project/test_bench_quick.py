@@ -68,6 +68,8 @@ EXPECTED: dict[str, list[str]] = {
                          r"vakpipe audit, 1 worker: .* x floor",
                          r"vakpipe audit, 2 workers: .* x 1 worker",
                          r"ceiling for that ratio: the floor in 2 processes = [\d.]+ x 1 process",
+                         r"round by round: 1 worker x floor .*, median [\d.]+; "
+                         r"2 workers x 1 worker .*, median [\d.]+",
                          r"whole audit of each session: .* x floor's time",
                          r"MB session, 1 worker: .* peak worker RSS"],
     "compaction_overhead": [r"sessions need packets",
