@@ -32,7 +32,6 @@ import hashlib
 import importlib
 import multiprocessing
 import shutil
-import statistics
 import sys
 import tempfile
 from collections.abc import Callable
@@ -53,6 +52,7 @@ from bench.common import (
     corpus_bytes,
     one_session,
     sized_fleet,
+    spread,
     timed,
     worker_peaks,
 )
@@ -153,12 +153,6 @@ def rounds(root: Path, repeat: int) -> list[tuple[float, float, float]]:
                      audit_seconds(root, out, two)) for _ in range(repeat)]
     finally:
         shutil.rmtree(out, ignore_errors=True)
-
-
-def spread(ratios: list[float]) -> str:
-    """Each round's ratio and their median, as a report's clause."""
-    return (" / ".join(f"{r:.2f}" for r in ratios)
-            + f", median {statistics.median(ratios):.2f}")
 
 
 def main() -> None:

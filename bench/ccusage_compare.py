@@ -33,7 +33,8 @@ what is left unexplained is printed. Then run times, best of ``--repeats`` in th
 ccusage (as users run it: node wrapper + native binary, and the native binary alone),
 the recount, and vakpipe's audit + cost, with ratios against ccusage. On ``--copies``
 copies (issue 21's target), vakpipe is timed both as two commands and as the one
-``vakpipe cost ROOT --out OUT`` that audits and prices in one process.
+``vakpipe cost ROOT --out OUT`` that audits and prices in one process, and each wall
+ratio is also given round by round, with the rounds' median.
 
 Nothing is written under ROOT: vakpipe's tables go to a temporary folder.
 The findings are in ``docs/ccusage-comparison.md``.
@@ -1114,7 +1115,7 @@ def copies_timings(cc: Ccusage | None, src: Path, home: Path, scratch: Path, rc:
     the recount on ``--copies`` copies of ``src`` (:func:`make_copies`), interleaved,
     best of ``--repeats``; their ratios; and whether each tool's totals on the copies
     are N times its totals on one (no copy merged with another)."""
-    from bench.common import BENCH_DIR, best_of
+    from bench.common import BENCH_DIR, best, rounds_of, spread
 
     n = args.copies
     root = make_copies(src, n, BENCH_DIR / f"claude-code-copies-{n}")
@@ -1158,9 +1159,8 @@ def copies_timings(cc: Ccusage | None, src: Path, home: Path, scratch: Path, rc:
         runs.append((f"vakpipe audit + cost ({workers}, CLI)", vakpipe_run))
         runs.append((f"vakpipe cost ROOT --out ({workers}, one step)", one_step_run))
     runs.append(("recount (pure Python, in process)", recount_run))
-    timing = dict(zip((name for name, _ in runs),
-                      best_of(args.repeats, *(fn for _, fn in runs), cpu=_cpu_all),
-                      strict=True))
+    rounds = rounds_of(args.repeats, *(fn for _, fn in runs), cpu=_cpu_all)
+    timing = dict(zip((name for name, _ in runs), best(rounds), strict=True))
     for name, t in timing.items():
         print(f"  {name:52s} wall {t.wall:7.2f} s ({size / 1e6 / t.wall:6.1f} MB/s), "
               f"CPU {t.cpu:7.2f} s ({size / 1e6 / max(t.cpu, 1e-9):6.1f} MB/s)")
@@ -1171,7 +1171,8 @@ def copies_timings(cc: Ccusage | None, src: Path, home: Path, scratch: Path, rc:
             continue
         print(f"  ratio {name.split(' (')[0]} / {base.split(' (')[0]}: wall "
               f"{timing[name].wall / timing[base].wall:.2f} x, CPU "
-              f"{timing[name].cpu / max(timing[base].cpu, 1e-9):.2f} x")
+              f"{timing[name].cpu / max(timing[base].cpu, 1e-9):.2f} x; wall by round "
+              f"{spread([r[names.index(name)].wall / r[names.index(base)].wall for r in rounds])}")
     if cc is None:
         print("  ratio against ccusage: skipped (no ccusage binary)")
 

@@ -6,6 +6,7 @@ import io
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -121,22 +122,42 @@ class Timing:
     cpu: float
 
 
-def best_of(repeat: int, *fns: Callable[[], object],
-            cpu: Callable[[], float] = cpu_seconds) -> list[Timing]:
-    """Best wall and CPU time of each of ``fns`` over ``repeat`` rounds, interleaved:
+def rounds_of(repeat: int, *fns: Callable[[], object],
+              cpu: Callable[[], float] = cpu_seconds) -> list[list[Timing]]:
+    """Wall and CPU time of each of ``fns`` in each of ``repeat`` rounds, interleaved:
     each round runs every one of ``fns``, so a slower minute of a shared machine falls
     on all of them alike. ``cpu`` reads the CPU seconds to count (this process's, or
     the workers').
     """
-    wall = [float("inf")] * len(fns)
-    used = [float("inf")] * len(fns)
+    out = []
     for _ in range(repeat):
-        for i, fn in enumerate(fns):
+        row = []
+        for fn in fns:
             c0, t0 = cpu(), time.perf_counter()
             fn()
-            wall[i] = min(wall[i], time.perf_counter() - t0)
-            used[i] = min(used[i], cpu() - c0)
-    return [Timing(w, c) for w, c in zip(wall, used, strict=True)]
+            row.append(Timing(time.perf_counter() - t0, cpu() - c0))
+        out.append(row)
+    return out
+
+
+def best_of(repeat: int, *fns: Callable[[], object],
+            cpu: Callable[[], float] = cpu_seconds) -> list[Timing]:
+    """Best wall and CPU time of each of ``fns`` over ``repeat`` rounds
+    (:func:`rounds_of`)."""
+    return best(rounds_of(repeat, *fns, cpu=cpu))
+
+
+def best(rounds: list[list[Timing]]) -> list[Timing]:
+    """The best wall and the best CPU time of each column of ``rounds``."""
+    return [Timing(min(t.wall for t in column), min(t.cpu for t in column))
+            for column in zip(*rounds, strict=True)]
+
+
+def spread(ratios: list[float]) -> str:
+    """Each round's ratio and their median, as a report's clause: machines here move
+    a figure between minutes, and the best of each side may come from different ones."""
+    return (" / ".join(f"{r:.2f}" for r in ratios)
+            + f", median {statistics.median(ratios):.2f}")
 
 
 @contextmanager

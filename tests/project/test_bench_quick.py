@@ -40,8 +40,10 @@ EXPECTED: dict[str, list[str]] = {
     "ccusage_compare": [
         r"^vakpipe − recount per file",
         r"^copies: 2 id-rewritten copies",
-        r"ratio (vakpipe audit \+ cost|recount) / .*: wall [\d.]+ x, CPU [\d.]+ x",
-        r"ratio vakpipe cost ROOT --out / .*: wall [\d.]+ x, CPU [\d.]+ x",
+        r"ratio (vakpipe audit \+ cost|recount) / .*: wall [\d.]+ x, CPU [\d.]+ x; "
+        r"wall by round .*, median [\d.]+",
+        r"ratio vakpipe cost ROOT --out / .*: wall [\d.]+ x, CPU [\d.]+ x; "
+        r"wall by round .*, median [\d.]+",
         r"totals on the copies, recount: .* = N x one copy",
         r"totals on the copies, vakpipe: .* = N x one copy",
         r"totals on the copies, vakpipe one step: .* = N x one copy",
