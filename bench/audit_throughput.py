@@ -47,10 +47,13 @@ import contextlib
 from bench.common import (
     BENCH_DIR,
     MB,
+    Timing,
+    best,
     best_of,
     cluster,
     corpus_bytes,
     one_session,
+    rounds_of,
     sized_fleet,
     spread,
     timed,
@@ -124,10 +127,10 @@ def digest_calls() -> str:
     return f", its digests through {sha256_calls()}"
 
 
-def audit_seconds(root: Path, out: Path, address: str) -> float:
-    """Wall time of one ``run_audit`` of ``root`` on the cluster at ``address``."""
-    return timed(lambda: run_audit(resolve(str(root)), resolve(str(out)), scheduler=address,
-                                   progress=False))[1]
+def audit_run(root: Path, out: Path, address: str) -> Callable[[], object]:
+    """One ``run_audit`` of ``root`` on the cluster at ``address``, to be timed."""
+    return lambda: run_audit(resolve(str(root)), resolve(str(out)), scheduler=address,
+                             progress=False)
 
 
 def audit_with(root: Path, workers: int) -> tuple[float, dict[str, int]]:
@@ -135,22 +138,23 @@ def audit_with(root: Path, workers: int) -> tuple[float, dict[str, int]]:
     out = Path(tempfile.mkdtemp(prefix="vakpipe-bench-out-"))
     try:
         with cluster(workers) as (address, client):
-            return audit_seconds(root, out, address), worker_peaks(client)
+            return timed(audit_run(root, out, address))[1], worker_peaks(client)
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def rounds(root: Path, repeat: int) -> list[tuple[float, float, float]]:
-    """``repeat`` rounds of (the floor, a 1-worker run, a 2-worker run), wall seconds,
-    the three back to back in each round, both clusters started before the first and
-    their workers' imports of the audit done (a cluster's first task pays them once)."""
+def rounds(root: Path, repeat: int) -> list[list[Timing]]:
+    """``repeat`` rounds (:func:`~bench.common.rounds_of`) of the floor, a 1-worker run
+    and a 2-worker run, back to back in each round, both clusters started before the
+    first and their workers' imports of the audit done (a cluster's first task pays them
+    once). Only the wall times mean anything: the runs' CPU is the workers'."""
     out = Path(tempfile.mkdtemp(prefix="vakpipe-bench-out-"))
     try:
         with cluster(1) as (one, c1), cluster(2) as (two, c2):
             for client in (c1, c2):
                 client.run(importlib.import_module, "pipeline.run.orchestrate")
-            return [(timed(lambda: raw_floor(root))[1], audit_seconds(root, out, one),
-                     audit_seconds(root, out, two)) for _ in range(repeat)]
+            return rounds_of(repeat, lambda: raw_floor(root), audit_run(root, out, one),
+                             audit_run(root, out, two))
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -173,9 +177,8 @@ def main() -> None:
     # The machines are noisy (the same run varies by +-25%, and the machine's speed moves
     # between minutes): each figure is the best of --repeat rounds, and each round's
     # ratios are printed too, its floor and runs timed back to back.
-    timings = rounds(root, args.repeat)
-    floor_s, one_s, two_s = (min(column) for column in zip(*timings, strict=True))
-    floor, one, two = size / MB / floor_s, size / MB / one_s, size / MB / two_s
+    by_round = rounds(root, args.repeat)
+    floor, one, two = (size / MB / t.wall for t in best(by_round))
     # The two-worker target's ceiling on this machine: the floor itself in two processes
     # (started before the clock, as the cluster's workers are), against one, interleaved.
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -189,8 +192,9 @@ def main() -> None:
           f"= {two / one:.2f} x 1 worker (target >= 1.80)")
     print(f"this machine's ceiling for that ratio: the floor in 2 processes = "
           f"{alone.wall / paired.wall:.2f} x 1 process")
-    print(f"round by round: 1 worker x floor {spread([f / o for f, o, _ in timings])}; "
-          f"2 workers x 1 worker {spread([o / t for _, o, t in timings])}")
+    print(f"round by round: 1 worker x floor "
+          f"{spread([f.wall / o.wall for f, o, _ in by_round])}; "
+          f"2 workers x 1 worker {spread([o.wall / t.wall for _, o, t in by_round])}")
 
     # Where one worker's time goes, each stage against a floor measured in the same
     # rounds (CPU seconds: the stages run in this one process), with each kernel.
