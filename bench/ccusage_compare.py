@@ -1165,14 +1165,15 @@ def copies_timings(cc: Ccusage | None, src: Path, home: Path, scratch: Path, rc:
         print(f"  {name:52s} wall {t.wall:7.2f} s ({size / 1e6 / t.wall:6.1f} MB/s), "
               f"CPU {t.cpu:7.2f} s ({size / 1e6 / max(t.cpu, 1e-9):6.1f} MB/s)")
     names = list(timing)
-    base = names[0] if cc is not None else names[-1]  # ccusage, else the recount
-    for name in names:
-        if name == base:
+    b = 0 if cc is not None else len(names) - 1  # ccusage, else the recount
+    base = names[b]
+    for i, name in enumerate(names):
+        if i == b:
             continue
         print(f"  ratio {name.split(' (')[0]} / {base.split(' (')[0]}: wall "
               f"{timing[name].wall / timing[base].wall:.2f} x, CPU "
               f"{timing[name].cpu / max(timing[base].cpu, 1e-9):.2f} x; wall by round "
-              f"{spread([r[names.index(name)].wall / r[names.index(base)].wall for r in rounds])}")
+              f"{spread([r[i].wall / r[b].wall for r in rounds])}")
     if cc is None:
         print("  ratio against ccusage: skipped (no ccusage binary)")
 
