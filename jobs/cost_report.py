@@ -111,13 +111,31 @@ def _optional(out: Location, dataset: str) -> pa.Table | None:
         return None
 
 
+def check_usage_run(out: Location, manifest: dict[str, Any] | None) -> dict[str, Any]:
+    """``manifest``, the run ``out`` holds (:func:`~pipeline.io.commit.read_run_manifest`),
+    when it committed a usage table.
+
+    Raises
+    ------
+    UsageError
+        ``out`` holds no committed run (an archive, most often: the message says how to
+        audit and price one), or its run has no usage table.
+    """
+    if manifest is None:
+        raise UsageError(
+            f"{out.url}: no committed run (an output of `vakpipe audit --out` or `vakpipe "
+            f"nightly --out`); to audit an archive and price it: `vakpipe cost {out.url} "
+            "--out OUT`")
+    if "usage" not in manifest.get("datasets", {}):
+        raise UsageError(
+            f"{out.url}: its run has no usage table (runs before the cost report did not "
+            f"write one); audit its archive again: `vakpipe audit ROOT --out {out.url}`")
+    return manifest
+
+
 def _read(out: Location) -> tuple[pa.Table, pa.Table | None, pa.Table | None, InputRun]:
     try:
-        manifest = read_run_manifest(out)
-        if manifest is None or "usage" not in manifest.get("datasets", {}):
-            raise UsageError(
-                f"{out.url}: no committed usage table; run `vakpipe audit ROOT --out "
-                f"{out.url}` first (runs before the cost report did not write one)")
+        manifest = check_usage_run(out, read_run_manifest(out))
         usage = read_run_dataset(out, "usage")
         return usage, _optional(out, "requests"), _optional(out, "compaction"), \
             InputRun.of(out.url, manifest)

@@ -9,7 +9,6 @@ page and prints where it is.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,17 +26,20 @@ from pipeline.costs.dashboard import (
     top_waste,
 )
 from pipeline.costs.pricing import load_prices
-from pipeline.costs.report import price_usage, unknown_lines
+from pipeline.costs.report import drop_copies, price_usage, unknown_lines
 from pipeline.errors import UsageError
-from pipeline.io.commit import read_manifest, read_run_dataset, read_run_manifest
+from pipeline.io.commit import (
+    committed_partitions,
+    read_manifest,
+    read_run_dataset,
+    read_run_manifest,
+)
 from pipeline.io.delta import NIGHT, NIGHTS, Tables, table_exists
 from pipeline.io.delta import nights as committed_nights
 from pipeline.io.files import write_file
 from pipeline.io.storage import Location, storage_error, storage_errors
 from pipeline.tables.partial import InputRun
 
-#: A nightly partition's folder name.
-PARTITION = re.compile(r"date=(\d{4}-\d\d-\d\d)\Z")
 #: The page's name under OUT when no ``--html`` is given.
 DASHBOARD_HTML = "dashboard.html"
 #: The ``--json`` document's schema (docs/dashboard.md).
@@ -79,21 +81,7 @@ def _runs(out: Location) -> list[tuple[str, Location, dict[str, Any]]]:
     if manifest is not None:
         run_id = manifest.get("run_id") or "run"
         return [(str(run_id)[:8] if str(run_id)[:8].isdigit() else str(run_id), out, manifest)]
-    fs = out.filesystem()
-    try:
-        fs.invalidate_cache(out.path)
-        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(out.path, detail=False)]
-    except FileNotFoundError:
-        names = []
-    runs = []
-    for name in sorted(names):
-        m = PARTITION.match(name)
-        if m is None:
-            continue
-        loc = out.child(name)
-        found = read_manifest(loc)
-        if found is not None:
-            runs.append((m.group(1), loc, found))
+    runs = committed_partitions(out)
     if not runs and table_exists(out, NIGHTS):
         # A Delta nightly output (`nightly --format delta`): one point per night
         # committed, each read as of itself (OUT/night=YYYY-MM-DD).
@@ -143,6 +131,8 @@ def dashboard_job(out: Location, *, html: Location | None = None,
     table = load_prices(prices)
     cost, waste, unpriced, billed, wasted = [], [], [], 0.0, 0.0
     if usage is not None:
+        # Priced as `vakpipe cost` prices it: a request several files hold, once.
+        usage, _ = drop_copies(usage)
         cost = cost_by_project_day(usage, sessions, table)
         waste = top_waste(usage, table)
         totals = price_usage(usage, table)

@@ -16,11 +16,12 @@ import click
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.cost_report import check_usage_run
 from pipeline.costs.otel import SEMCONV_VERSION, otel_table
 from pipeline.costs.pricing import load_prices
 from pipeline.costs.report import in_window
 from pipeline.errors import UsageError
-from pipeline.io.commit import read_dataset, read_manifest
+from pipeline.io.commit import read_run_dataset, read_run_manifest
 from pipeline.io.files import write_file
 from pipeline.io.otel import otlp_json, send_otlp, traces_url, write_parquet
 from pipeline.io.storage import Location, storage_error, storage_errors
@@ -52,11 +53,8 @@ class OtelExport:
 
 def _usage(out: Location) -> tuple[pa.Table, InputRun]:
     try:
-        manifest = read_manifest(out)
-        if manifest is None or "usage" not in manifest.get("datasets", {}):
-            raise UsageError(f"{out.url}: no committed usage table; run `vakpipe audit ROOT "
-                             f"--out {out.url}` first")
-        return read_dataset(out, "usage"), InputRun.of(out.url, manifest)
+        manifest = check_usage_run(out, read_run_manifest(out))
+        return read_run_dataset(out, "usage"), InputRun.of(out.url, manifest)
     except storage_errors() as err:
         raise storage_error(err, out.url) from err
 

@@ -17,7 +17,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import re
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, date, datetime
@@ -32,6 +31,7 @@ from pipeline.audit.checkpoint import Change, Checkpoint, classify, missing_find
 from pipeline.errors import BaselineError, CommitError, UsageError
 from pipeline.io.commit import (
     MANIFEST,
+    NIGHT_PARTITION,
     STAGING,
     SUCCESS,
     StagedRun,
@@ -54,7 +54,6 @@ from pipeline.run.orchestrate import RunSummary, check_locations, execute_run, l
 from pipeline.run.replay_batches import ReplayOptions
 from pipeline.tables.schemas import findings_table, schemas_digest, sessions_table
 
-PARTITION = re.compile(r"date=(\d{4}-\d\d-\d\d)\Z")
 SUMMARY_FILE = "summary.json"
 #: Part indexes of carried and missing rows come after every task's (tasks count from 0).
 _CARRIED_PART = 1_000_000
@@ -79,7 +78,7 @@ def _partition_days(out: Location, day: date) -> list[date]:
         return []
     except storage_errors() as err:
         raise storage_error(err, out.url) from err
-    days = sorted((m.group(1) for n in names if (m := PARTITION.match(n))), reverse=True)
+    days = sorted((m.group(1) for n in names if (m := NIGHT_PARTITION.match(n))), reverse=True)
     return [date.fromisoformat(t) for t in days if t <= day.isoformat()]
 
 
@@ -105,7 +104,7 @@ def check_layout(out: Location, layout: str) -> None:
         return
     except storage_errors() as err:
         raise storage_error(err, out.url) from err
-    partitions = sorted(n for n in names if PARTITION.match(n))
+    partitions = sorted(n for n in names if NIGHT_PARTITION.match(n))
     if layout == "delta" and partitions:
         raise UsageError(
             f"{out.url} holds nights of the partitions layout ({partitions[-1]}): "

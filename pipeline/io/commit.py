@@ -52,6 +52,9 @@ from pipeline.io.storage import (
 )
 
 MANIFEST = "_manifest.json"
+#: A night's folder in a nightly output of the partitions layout (``nightly --format
+#: partitions``, the default).
+NIGHT_PARTITION = re.compile(r"date=(\d{4}-\d\d-\d\d)\Z")
 SUCCESS = "_SUCCESS"
 STAGING = "_staging"
 #: Datasets of files at nested paths (the compacted ledgers, in the archive's layout);
@@ -712,13 +715,51 @@ def read_dataset(out: Location, dataset: str) -> pa.Table:
     return pa.concat_tables(tables)
 
 
+def committed_partitions(out: Location) -> list[tuple[str, Location, dict[str, Any]]]:
+    """The committed nights of a nightly output of the partitions layout (its
+    ``OUT/date=YYYY-MM-DD`` folders), oldest first: ``(day, location, manifest)``. A
+    partition without a manifest is a night that did not commit: left out. None when
+    ``out`` does not exist or holds no such folder.
+
+    Raises
+    ------
+    CorruptManifestError
+        A partition's manifest is not one vakpipe writes.
+    """
+    fs = out.filesystem()
+    try:
+        fs.invalidate_cache(out.path)
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(out.path, detail=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    nights = []
+    for name in sorted(names):
+        found = NIGHT_PARTITION.match(name)
+        if found is None:
+            continue
+        loc = out.child(name)
+        manifest = read_manifest(loc)
+        if manifest is not None:
+            nights.append((found.group(1), loc, manifest))
+    return nights
+
+
+def _newest_partition(out: Location) -> Location | None:
+    nights = committed_partitions(out)
+    return nights[-1][1] if nights else None
+
+
 def read_run_manifest(out: Location) -> dict[str, Any] | None:
-    """:func:`read_manifest`, or for a Delta nightly output (``OUT``, or a past night
-    ``OUT/night=YYYY-MM-DD``) a manifest-shaped view of that night. For readers of a
+    """:func:`read_manifest`; for a nightly output, that of its newest committed night (a
+    ``date=`` partition); for a Delta nightly output (``OUT``, or a past night
+    ``OUT/night=YYYY-MM-DD``), a manifest-shaped view of that night. For readers of a
     run only: a commit never takes it for a previous manifest."""
     manifest = read_manifest(out)
     if manifest is not None:
         return manifest
+    newest = _newest_partition(out)
+    if newest is not None:
+        return read_manifest(newest)
     # Imported only for a Delta output: deltalake takes ~0.2 s to import, a tenth of
     # what ``vakpipe cost`` of a run's output costs.
     from pipeline.io.delta import nightly_manifest
@@ -727,10 +768,13 @@ def read_run_manifest(out: Location) -> dict[str, Any] | None:
 
 
 def read_run_dataset(out: Location, dataset: str) -> pa.Table:
-    """:func:`read_dataset`, or one table of a Delta nightly output's night (see
-    :func:`read_run_manifest`)."""
+    """:func:`read_dataset`, or one table of the night :func:`read_run_manifest` reads
+    (a nightly output's newest ``date=`` partition, a Delta nightly output's night)."""
     if read_manifest(out) is not None:
         return read_dataset(out, dataset)
+    newest = _newest_partition(out)
+    if newest is not None:
+        return read_dataset(newest, dataset)
     from pipeline.io.delta import nightly_dataset  # see read_run_manifest
 
     return nightly_dataset(out, dataset)

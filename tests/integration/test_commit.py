@@ -37,11 +37,14 @@ from pipeline.io.commit import (
     SUCCESS,
     EncodedPart,
     StagedRun,
+    committed_partitions,
     encode_part,
     new_run_id,
     parse_manifest,
     read_dataset,
     read_manifest,
+    read_run_dataset,
+    read_run_manifest,
     recovering_manifests,
     remove_tree,
     valid_dataset_name,
@@ -396,6 +399,26 @@ def test_read_dataset_without_a_commit(where: Places) -> None:
     assert read_manifest(where.out) is None
     with pytest.raises(FileNotFoundError, match="integrity/sessions"):
         read_dataset(where.out, SESSIONS)
+
+
+def test_a_nightly_output_is_read_as_its_newest_committed_night(where: Places) -> None:
+    """The readers of a run (``vakpipe cost``, ``export otel``, ``regress
+    --baseline-run``) given a nightly output of ``date=`` partitions read its newest
+    committed night; a newer partition that did not commit (no manifest) is left out."""
+    out = where.out
+    assert committed_partitions(out) == [] and read_run_manifest(out) is None
+    staged(out.child("date=2026-12-01"), "night-1", {0: ["a"]}).commit({})
+    staged(out.child("date=2026-12-02"), "night-2", {0: ["b", "c"]}).commit({})
+    fs = out.filesystem()
+    fs.makedirs(out.join("date=2026-12-03"), exist_ok=True)
+    fs.pipe_file(out.join("date=2026-12-03", "stray.txt"), b"not committed")
+    assert [day for day, _, _ in committed_partitions(out)] == ["2026-12-01", "2026-12-02"]
+    manifest = read_run_manifest(out)
+    assert manifest is not None and manifest["run_id"] == "night-2"
+    assert sorted(read_run_dataset(out, SESSIONS)["session_path"].to_pylist()) == ["b", "c"]
+    # A run committed at OUT itself is read first.
+    staged(out, "run-at-out", {0: ["z"]}).commit({})
+    assert read_run_manifest(out)["run_id"] == "run-at-out"  # type: ignore[index]
 
 
 # --- run_audit over a memory archive, committing to local or S3 ---------------------------

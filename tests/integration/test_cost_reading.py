@@ -185,3 +185,15 @@ def test_under_every_limit_exits_0_and_a_bad_budget_file_is_exit_2(
     missing = _vakpipe("cost", str(audited), "--report-dir", str(tmp_path / "m"),
                        "--budgets", str(tmp_path / "nope.toml"))
     assert missing.returncode == EXIT_UNUSABLE and "cannot read it" in missing.stderr
+
+
+def test_the_dashboard_bills_what_cost_bills(audited: Path, tmp_path: Path) -> None:
+    """The dashboard prices a run as ``vakpipe cost`` does: a request that several files
+    hold (a subagent's, mirrored in its parent) once."""
+    cost, _ = _cost_json(audited, tmp_path / "report")
+    assert cost["copies"] > 0  # the transcripts hold such copies: the case is exercised
+    done = _vakpipe("dashboard", str(audited), "--html", str(tmp_path / "page.html"), "--json")
+    assert done.returncode == EXIT_OK, done.stderr
+    page = json.loads(done.stdout)
+    assert page["billed_usd"] == pytest.approx(cost["totals"]["billed_usd"], abs=1e-9)
+    assert page["wasted_usd"] == pytest.approx(cost["totals"]["wasted_usd"], abs=1e-9)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
+import shutil
 from dataclasses import replace
 from datetime import date
 from decimal import Decimal
@@ -399,7 +401,21 @@ def test_cost_of_a_folder_without_a_run_is_a_one_line_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["cost", str(tmp_path)]) == EXIT_UNUSABLE
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "no committed usage table" in err
+    assert err.count("\n") == 1 and "no committed run" in err
+
+
+def test_cost_of_a_run_without_a_usage_table_is_a_one_line_error(
+        audited: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run committed before the usage table existed: one line naming it, exit 2."""
+    old = tmp_path / "old-run"
+    shutil.copytree(audited, old)
+    manifest = json.loads((old / "_manifest.json").read_text("utf-8"))
+    del manifest["datasets"]["usage"]
+    (old / "_manifest.json").write_text(json.dumps(manifest), "utf-8")
+    capsys.readouterr()
+    assert run(["cost", str(old)]) == EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "its run has no usage table" in err
 
 
 def test_cost_report_on_s3(audited: Path, s3: LocalS3,

@@ -113,6 +113,37 @@ def test_one_run_and_the_default_place(nightly: Path, tmp_path: Path) -> None:
     assert done.stderr.count("\n") == 1 and "no committed run" in done.stderr
 
 
+def test_cost_and_export_of_a_nightly_output_read_its_newest_night(nightly: Path,
+                                                                   tmp_path: Path) -> None:
+    """``vakpipe cost OUT`` on a nightly output prices its newest committed night, as
+    ``OUT/date=…`` named would be (and as a Delta nightly output's ``OUT`` is read); the
+    OpenTelemetry export reads the same night."""
+    newest = json.loads((nightly / "date=2026-12-03" / "_manifest.json").read_text())
+    docs = []
+    for source, report in ((nightly, tmp_path / "a"), (nightly / "date=2026-12-03",
+                                                        tmp_path / "b")):
+        done = vakpipe("cost", str(source), "--report-dir", str(report), "--json")
+        assert done.returncode == 0, done.stderr
+        docs.append(json.loads(done.stdout))
+    assert docs[0]["run_id"] == docs[1]["run_id"] == newest["run_id"]
+    assert docs[0]["totals"] == docs[1]["totals"] and docs[0]["records"] > 0
+    spans = tmp_path / "spans.json"
+    done = vakpipe("export", "otel", str(nightly), "--file", str(spans), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["input"]["run_id"] == newest["run_id"]
+
+
+def test_cost_of_an_archive_without_out_names_the_one_step(tmp_path: Path) -> None:
+    """An archive given to ``vakpipe cost`` without ``--out``: one line naming the
+    one-step form, never advice to audit into the archive itself."""
+    root = tmp_path / "archive"
+    write_fleet(resolve(str(root)), sessions=2, seed=1, size_scale=0.2)
+    done = vakpipe("cost", str(root))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert f"vakpipe cost {root} --out OUT" in done.stderr
+    assert "--out " + str(root) not in done.stderr
+
+
 def test_a_delta_nightly_output_has_one_point_per_night(tmp_path: Path) -> None:
     # `nightly --format delta` keeps its nights in Delta tables, not date= folders: the
     # dashboard reads each night as of itself, and the history break on the second.
