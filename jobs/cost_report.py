@@ -124,8 +124,8 @@ def check_usage_run(out: Location, manifest: dict[str, Any] | None) -> dict[str,
     if manifest is None:
         raise UsageError(
             f"{out.url}: no committed run (an output of `vakpipe audit --out` or `vakpipe "
-            f"nightly --out`); to audit an archive and price it: `vakpipe cost {out.url} "
-            "--out OUT`")
+            f"nightly --out`); an archive is audited first: `vakpipe audit {out.url} --out "
+            f"OUT`, or audited and priced in one step: `vakpipe cost {out.url} --out OUT`")
     if "usage" not in manifest.get("datasets", {}):
         raise UsageError(
             f"{out.url}: its run has no usage table (runs before the cost report did not "

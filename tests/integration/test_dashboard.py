@@ -134,14 +134,19 @@ def test_cost_and_export_of_a_nightly_output_read_its_newest_night(nightly: Path
 
 
 def test_cost_of_an_archive_without_out_names_the_one_step(tmp_path: Path) -> None:
-    """An archive given to ``vakpipe cost`` without ``--out``: one line naming the
-    one-step form, never advice to audit into the archive itself."""
+    """An archive given to ``vakpipe cost`` (or ``export otel``) without ``--out``: one
+    line naming the audit into an output and the one-step cost, never advice to audit
+    into the archive itself."""
     root = tmp_path / "archive"
     write_fleet(resolve(str(root)), sessions=2, seed=1, size_scale=0.2)
-    done = vakpipe("cost", str(root))
-    assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert f"vakpipe cost {root} --out OUT" in done.stderr
-    assert "--out " + str(root) not in done.stderr
+    for command in (["cost", str(root)], ["export", "otel", str(root), "--file",
+                                          str(tmp_path / "spans.json")]):
+        done = vakpipe(*command)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1
+        assert f"vakpipe audit {root} --out OUT" in done.stderr
+        assert f"vakpipe cost {root} --out OUT" in done.stderr
+        assert "--out " + str(root) not in done.stderr
+    assert not (tmp_path / "spans.json").exists()
 
 
 def test_a_delta_nightly_output_has_one_point_per_night(tmp_path: Path) -> None:
