@@ -715,10 +715,22 @@ def read_dataset(out: Location, dataset: str) -> pa.Table:
     return pa.concat_tables(tables)
 
 
+def _partition_names(out: Location) -> list[tuple[str, str]]:
+    """``(day, folder name)`` of the ``date=`` folders under ``out``, oldest first."""
+    fs = out.filesystem()
+    try:
+        fs.invalidate_cache(out.path)
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(out.path, detail=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted((found.group(1), name) for name in names
+                  if (found := NIGHT_PARTITION.match(name)))
+
+
 def committed_partitions(out: Location) -> list[tuple[str, Location, dict[str, Any]]]:
     """The committed nights of a nightly output of the partitions layout (its
     ``OUT/date=YYYY-MM-DD`` folders), oldest first: ``(day, location, manifest)``. A
-    partition without a manifest is a night that did not commit: left out. None when
+    partition without a manifest is a night that did not commit: left out. Empty when
     ``out`` does not exist or holds no such folder.
 
     Raises
@@ -726,27 +738,23 @@ def committed_partitions(out: Location) -> list[tuple[str, Location, dict[str, A
     CorruptManifestError
         A partition's manifest is not one vakpipe writes.
     """
-    fs = out.filesystem()
-    try:
-        fs.invalidate_cache(out.path)
-        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(out.path, detail=False)]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
     nights = []
-    for name in sorted(names):
-        found = NIGHT_PARTITION.match(name)
-        if found is None:
-            continue
+    for day, name in _partition_names(out):
         loc = out.child(name)
         manifest = read_manifest(loc)
         if manifest is not None:
-            nights.append((found.group(1), loc, manifest))
+            nights.append((day, loc, manifest))
     return nights
 
 
 def _newest_partition(out: Location) -> Location | None:
-    nights = committed_partitions(out)
-    return nights[-1][1] if nights else None
+    """The newest committed ``date=`` partition under ``out`` (manifests read newest
+    first, up to the first there), or ``None``."""
+    for _, name in reversed(_partition_names(out)):
+        loc = out.child(name)
+        if read_manifest(loc) is not None:
+            return loc
+    return None
 
 
 def read_run_manifest(out: Location) -> dict[str, Any] | None:
