@@ -46,7 +46,7 @@ USAGE_KINDS = ("input", "output", "cache_read", "cache_write")
 USAGE_FIELDS = ("entry_id", "request_id", "kind", "purpose", "ordinal", "settlement",
                 "winning", "ts", "provider", "model", "on_active_chain", "input_tokens",
                 "output_tokens", "cache_read_tokens", "cache_write_tokens", "billed",
-                "effective", "waste", "cache_write_1h_tokens", "subagent")
+                "effective", "waste", "cache_write_1h_tokens", "subagent", "speed")
 
 
 
@@ -69,6 +69,9 @@ class _Request:
     #: A subagent's request copied into its parent's transcript: the subagent's id. Its
     #: usage is a record of that subagent, never a request of this session.
     mirror: str | None = None
+    #: The speed the provider served it at, where the format says one other than the
+    #: standard (``meta.speed``: Claude Code's ``fast``, priced apart).
+    speed: str | None = None
 
 
 #: ``(ordinal, settlement, usage, provider, model, winning)`` of an attempt with usage.
@@ -223,6 +226,7 @@ def _transcript_info_py(entry: Entry, bad: list[Finding]) -> Any:
         info.key = _name(meta.get("request_key"))
         info.write_1h = token_count(meta.get("write_1h"))
         info.mirror = _name(meta.get("mirror"))
+        info.speed = _name(meta.get("speed"))
     return info
 
 
@@ -417,11 +421,13 @@ def _merge_streamed(tree: TreeIndex) -> None:
             continue
         final = next((n.info for n in reversed(nodes) if n.info.usage is not None), None)
         carrier = next((n for n in reversed(nodes) if n.on_active_chain), nodes[-1])
-        usage, hour = (final.usage, final.write_1h) if final is not None else (None, None)
+        usage, hour, speed = ((final.usage, final.write_1h, final.speed) if final is not None
+                              else (None, None, None))
         for n in nodes:
             n.info.part = n is not carrier
             n.info.usage = usage if n is carrier else None
             n.info.write_1h = hour if n is carrier else None
+            n.info.speed = speed if n is carrier else None
 
 
 def _abandoned_messages(tree: TreeIndex) -> int:
@@ -477,7 +483,7 @@ def _usage_rows(tree: TreeIndex, header: dict[str, Any],
                     "message" if info.mirror is None else "mirror", None, None, None, None,
                     info.ts, provider, info.model or model, active, u[0], u[1], u[2], u[3],
                     billed, billed and active, "abandoned" if billed and not active else None,
-                    info.write_1h, info.mirror or subagent))
+                    info.write_1h, info.mirror or subagent, info.speed))
         elif kind is _Receipt and info.metered:
             owner = _owner(tree, node)
             active = owner.on_active_chain if owner is not None else node.on_active_chain
@@ -492,7 +498,7 @@ def _usage_rows(tree: TreeIndex, header: dict[str, Any],
                         settlement, win, info.ts, a_p or p, a_m or m, active,
                         u[0], u[1], u[2], u[3], True, effective,
                         None if effective else "abandoned" if win and counts else "retry",
-                        None, subagent))
+                        None, subagent, None))
     return rows
 
 

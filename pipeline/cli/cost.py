@@ -48,7 +48,7 @@ class AuditOptions:
               help="Last day (inclusive; on --timezone's clock) to price.")
 @click.option("--by", "by_text", default="day,model", show_default=True,
               help="Group the cost table by these, comma-separated: day, week, month, "
-                   "session, project, model, agent, source, provider, subagent "
+                   "session, project, model, agent, source, provider, subagent, speed "
                    "(e.g. month,project).")
 @click.option("--timezone", "timezone", default=None, metavar="ZONE",
               help="IANA time zone of the days, weeks and months (default UTC), e.g. "

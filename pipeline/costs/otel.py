@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.costs.pricing import PriceTable, TokenUsage, price
-from pipeline.costs.report import drop_copies
+from pipeline.costs.report import FAST_SPEED, drop_copies
 
 __all__ = ["GENAI_ATTRIBUTES", "OTEL_SCHEMA", "SEMCONV_VERSION", "VAKPIPE_ATTRIBUTES",
            "otel_table", "provider_name"]
@@ -64,6 +64,7 @@ VAKPIPE_ATTRIBUTES: dict[str, pa.DataType] = {
     "vakpipe.cost.cache_creation_usd": pa.float64(),
     "vakpipe.cost.priced": pa.bool_(),
     "vakpipe.cost.long_context_tier": pa.bool_(),
+    "vakpipe.request.speed": pa.string(),
     "vakpipe.waste": pa.string(),
     "vakpipe.effective": pa.bool_(),
     "vakpipe.record.kind": pa.string(),
@@ -140,7 +141,11 @@ def otel_table(usage: pa.Table, prices: PriceTable) -> pa.Table:
         key = (r["provider"], r["model"])
         if key not in rules:
             rules[key] = prices.lookup(*key)
-        cost = price(tokens, rules[key])
+        speed = r.get("speed")
+        # As the cost report prices it: fast at the rule's fast rates; another speed no
+        # rule prices is unpriced, never priced at the standard rates.
+        cost = (price(tokens, rules[key]) if speed is None
+                else price(tokens, rules[key] if speed == FAST_SPEED else None, fast=True))
         nanos = r["ts"] or 0
         trace = _digest_hex(r["parent_session_path"] or r["session_path"], size=16)
         span = _digest_hex(r["session_path"], r["entry_id"], r["request_id"], r["kind"],
@@ -167,6 +172,7 @@ def otel_table(usage: pa.Table, prices: PriceTable) -> pa.Table:
             "vakpipe.cost.cache_creation_usd": float(cost.cache_write),
             "vakpipe.cost.priced": not cost.unknown_model,
             "vakpipe.cost.long_context_tier": cost.tiered,
+            "vakpipe.request.speed": speed,
             "vakpipe.waste": r["waste"], "vakpipe.effective": bool(r["effective"]),
             "vakpipe.record.kind": r["kind"], "vakpipe.agent": r["agent"],
             "vakpipe.source": r.get("source") or "vak",

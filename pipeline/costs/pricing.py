@@ -13,7 +13,8 @@ The prices come in layers, the first that knows a model wins (:class:`LayeredPri
 The TOML files have the model catalog's shape and share its loader and pattern matching
 (:func:`pipeline.replay.catalog.load_rule_file`): ordered ``[[model]]`` rules, the first whose
 ``provider`` and ``pattern`` match wins. Every layer hands back the same :class:`Price`
-(rates per token kind in the ledger's convention, an optional long-context tier), so
+(rates per token kind in the ledger's convention, an optional long-context tier, optional
+fast-mode rates), so
 :func:`price` is the one place amounts are computed. Amounts are exact
 :class:`~decimal.Decimal` US dollars, so sums over a fleet do not drift; convert to float
 only when writing a table. The rules are in ``docs/cost-rules.md``.
@@ -23,14 +24,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time
 from decimal import Context, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # imported when a table is built: a second of import the audit never needs
-    from genai_prices.types import ModelPrice, Provider
+    from genai_prices.types import ModelInfo, ModelPrice, Provider
 
 from pipeline import plugins
 from pipeline.errors import PluginError, UsageError
@@ -43,8 +44,14 @@ _CTX = Context(prec=60)
 _ZERO = Decimal(0)
 _MEMO_MAX = 4096
 _RATES = ("input", "output", "cache_read", "cache_write")
-_RULE_KEYS = frozenset(("provider", "pattern", "tier", "cache_write_1h", *_RATES))
+_RULE_KEYS = frozenset(("provider", "pattern", "tier", "fast", "cache_write_1h", *_RATES))
 _TIER_KEYS = frozenset(("above", "cache_write_1h", *_RATES))
+_FAST_KEYS = frozenset(("cache_write_1h", *_RATES))
+#: The rate an omitted optional rate of a rule is charged at (named in the message of
+#: :func:`_rates_above`).
+_DEFAULTS_TO = {"cache_read": "input", "cache_write": "input", "cache_write_1h": "cache_write"}
+#: The request context of genai-prices' fast-mode price variants (Anthropic's ``speed``).
+_FAST_WHEN = {"speed": "fast"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +83,10 @@ class Price:
     pattern: str
     base: Rates
     tier: Tier | None = None
+    #: The rates of a request the provider served in fast mode (Anthropic's
+    #: ``usage.speed == "fast"``), for the whole request: no tier applies to them.
+    #: ``None``: the rule has no fast price (such a request is unpriced, :func:`price`).
+    fast: Rates | None = None
 
     def rates_for(self, prompt_tokens: int) -> Rates:
         """The rates of a request with ``prompt_tokens`` (input + cache read + write)."""
@@ -185,6 +196,28 @@ def _genai_rule(provider: str, model: str, prices: ModelPrice) -> Price | None:
     return Price(provider, model, rates(False), tier)
 
 
+def _genai_fast(info: ModelInfo, when: datetime) -> Rates | None:
+    """The fast-mode rates genai-prices gives ``info`` on ``when``; ``None`` when it has none
+    or they cannot be :class:`Rates`.
+
+    Fast mode is a price variant of the model (``when={'speed': 'fast'}``), partial prices
+    laid over its standard ones by :meth:`ModelInfo.get_prices`. Fast rates are flat over
+    the context (genai-prices' comments), so a tier in them (one inherited from tiered
+    standard prices) is dropped: its base rates are taken. A fast variant in force only at
+    some hours gives ``None``, as time-of-day standard prices do (:meth:`GenaiPriceTable._find`).
+    """
+    from genai_prices.types import StartDateConstraint
+
+    variants = [v for v in info.price_variants or () if v.when == _FAST_WHEN]
+    if any(v.constraint is not None and not isinstance(v.constraint, StartDateConstraint)
+           for v in variants):
+        return None
+    if not any(v.constraint is None or v.constraint.active(when) for v in variants):
+        return None
+    fast = _genai_rule("", info.id, info.get_prices(when, _FAST_WHEN))
+    return None if fast is None else fast.base
+
+
 class _GenaiData:
     """genai-prices' bundled providers, imported on first use (its data module and the
     pydantic types under it take ~0.25 s to import, which a cached price never needs)."""
@@ -289,8 +322,9 @@ class PriceCache:
         self.dirty = False
 
 
-#: Bumped when the cache file's shape changes.
-_CACHE_SCHEMA = "1"
+#: Bumped when the cache file's shape changes: part of the file's name (:meth:`PriceCache.open`),
+#: so a file of another schema is never read. 2: a price's ``fast`` rates.
+_CACHE_SCHEMA = "2"
 
 
 def _rates_json(r: Rates) -> dict[str, str | None]:
@@ -308,7 +342,7 @@ def _price_json(rule: Price) -> dict[str, Any]:
     tier = (None if rule.tier is None
             else {"above": rule.tier.above, "rates": _rates_json(rule.tier.rates)})
     return {"provider": rule.provider, "pattern": rule.pattern, "base": _rates_json(rule.base),
-            "tier": tier}
+            "tier": tier, "fast": None if rule.fast is None else _rates_json(rule.fast)}
 
 
 def _price_from_json(obj: dict[str, Any] | None) -> Price | None:
@@ -318,8 +352,10 @@ def _price_from_json(obj: dict[str, Any] | None) -> Price | None:
     if tier is not None and (not isinstance(tier["above"], int) or isinstance(
             tier["above"], bool)):
         raise TypeError("tier.above")
+    fast = obj["fast"]
     return Price(str(obj["provider"]), str(obj["pattern"]), _rates_from_json(obj["base"]),
-                 None if tier is None else Tier(tier["above"], _rates_from_json(tier["rates"])))
+                 None if tier is None else Tier(tier["above"], _rates_from_json(tier["rates"])),
+                 None if fast is None else _rates_from_json(fast))
 
 
 def price_cache_dir() -> Path | None:
@@ -403,14 +439,17 @@ class GenaiPriceTable:
         info = None if seller is None else seller.find_model(model, all_providers=providers)
         if seller is None or info is None:
             return None
+        when = datetime.combine(self.as_of, time(), UTC)
         if not isinstance(info.prices, list):
             prices = info.prices
         elif any(c.constraint is not None and not isinstance(c.constraint, StartDateConstraint)
                  for c in info.prices):
             return None  # time-of-day prices: a request's hour is not in the ledger
         else:
-            prices = info.get_prices(datetime.combine(self.as_of, time(), UTC))
-        return _genai_rule(seller.id, info.id, prices)
+            prices = info.get_prices(when)
+        rule = _genai_rule(seller.id, info.id, prices)
+        fast = None if rule is None else _genai_fast(info, when)
+        return rule if rule is None or fast is None else replace(rule, fast=fast)
 
 
 @dataclass(frozen=True)
@@ -531,7 +570,7 @@ def _usd(tokens: int, per_million: Decimal) -> Decimal:
     return _CTX.multiply(Decimal(tokens), per_million).scaleb(-6, _CTX)
 
 
-def price(usage: TokenUsage, rule: Price | None) -> Cost:
+def price(usage: TokenUsage, rule: Price | None, fast: bool = False) -> Cost:
     """What ``usage`` cost under ``rule`` (a :meth:`PriceTable.lookup` result).
 
     Parameters
@@ -541,21 +580,33 @@ def price(usage: TokenUsage, rule: Price | None) -> Cost:
         decided per request, so the cost of summed usage is not the summed cost.
     rule : Price or None
         ``None`` for a model the table does not know.
+    fast : bool
+        The provider served the request in fast mode (Anthropic's ``usage.speed`` is
+        ``"fast"``): the whole request is priced at ``rule.fast``, never at a tier's
+        rates. A rule without fast rates does not price it: a fast request is never
+        priced at standard rates.
 
     Returns
     -------
     Cost
-        Exact amounts; zero amounts with ``unknown_model=True`` when ``rule`` is None.
+        Exact amounts; zero amounts with ``unknown_model=True`` when ``rule`` is None, or
+        when ``fast`` and ``rule.fast`` is None. ``tiered`` is never set for a fast request.
     """
     if rule is None:
         return Cost(unknown_model=True)
-    r = rule.rates_for(usage.prompt)
+    if fast:
+        if rule.fast is None:
+            return Cost(unknown_model=True)
+        r = rule.fast
+    else:
+        r = rule.rates_for(usage.prompt)
     write = _usd(usage.cache_write, r.cache_write)
     if usage.cache_write_1h and r.cache_write_1h is not None:
         write = _CTX.add(_usd(usage.cache_write - usage.cache_write_1h, r.cache_write),
                          _usd(usage.cache_write_1h, r.cache_write_1h))
     return Cost(_usd(usage.input, r.input), _usd(usage.output, r.output),
-                _usd(usage.cache_read, r.cache_read), write, tiered=r is not rule.base)
+                _usd(usage.cache_read, r.cache_read), write,
+                tiered=not fast and r is not rule.base)
 
 
 def _get(entry: Mapping[str, Any], key: str, where: str) -> Any:
@@ -600,21 +651,42 @@ def _price_rule(entry: Mapping[str, Any]) -> Price:
     base = _rates(entry, "")
     tier = None
     if "tier" in entry:
-        t = entry["tier"]
-        if not isinstance(t, dict):
-            raise ValueError(f"key 'tier' must be a table, got {t!r}")
-        _only(t, _TIER_KEYS, "tier.")
+        # Cheaper tier rates would make a request cost less as its prompt grows.
+        t, rates = _rates_above(entry, "tier", _TIER_KEYS, base, "a tier may not be cheaper")
         above = _get(t, "above", "tier.")
         if isinstance(above, bool) or not isinstance(above, int) or above <= 0:
             raise ValueError(f"key 'tier.above' must be a positive integer, got {above!r}")
-        rates = _rates(t, "tier.")
-        for k in _RATES:
-            # Cheaper tier rates would make a request cost less as its prompt grows.
-            if getattr(rates, k) < getattr(base, k):
-                raise ValueError(f"key 'tier.{k}' ({getattr(rates, k)}) is below "
-                                 f"'{k}' ({getattr(base, k)}): a tier may not be cheaper")
         tier = Tier(above, rates)
-    return Price(_name(entry, "provider"), _name(entry, "pattern"), base, tier)
+    fast = None
+    if "fast" in entry:
+        # Fast mode is a premium: a fast rate below the standard one is a typo.
+        _, fast = _rates_above(entry, "fast", _FAST_KEYS, base, "a fast rate may not be cheaper")
+    return Price(_name(entry, "provider"), _name(entry, "pattern"), base, tier, fast)
+
+
+def _rates_above(entry: Mapping[str, Any], key: str, allowed: frozenset[str], base: Rates,
+                 why: str) -> tuple[Mapping[str, Any], Rates]:
+    """A rule's table of rates ``entry[key]`` (``tier``, ``fast``) and its rates, checked:
+    its keys, and no rate below ``base``'s. Omitted rates are compared as charged (an
+    omitted one-hour rate: the write rate)."""
+    table = entry[key]
+    if not isinstance(table, dict):
+        raise ValueError(f"key '{key}' must be a table, got {table!r}")
+    _only(table, allowed, f"{key}.")
+    rates = _rates(table, f"{key}.")
+    for k in (*_RATES, "cache_write_1h"):
+        mine, standard = _rate_of(rates, k), _rate_of(base, k)
+        if mine < standard:
+            said = "" if k in table else f" (omitted: the {key} {_DEFAULTS_TO[k]} rate)"
+            raise ValueError(f"key '{key}.{k}' ({mine}){said} is below '{k}' ({standard}): "
+                             f"{why}")
+    return table, rates
+
+
+def _rate_of(rates: Rates, kind: str) -> Decimal:
+    """The rate ``kind`` is charged at (an omitted one-hour write rate: the write rate)."""
+    v: Decimal | None = getattr(rates, kind)
+    return rates.cache_write if v is None else v
 
 
 def load_toml_prices(override: str | Path | None = None) -> TomlPriceTable:

@@ -41,10 +41,15 @@ GROUP_KEYS: dict[str, tuple[str, ...]] = {
     "session": ("session_path", "session_id"),
     "source": ("source",),
     "subagent": ("subagent",),
+    "speed": ("speed",),
 }
 #: Columns later runs added to ``usage``: null when pricing an older run's table.
 _ADDED_COLUMNS = {"source": pa.string(), "parent_session_path": pa.string(),
-                  "subagent": pa.string(), "cache_write_1h_tokens": pa.int64()}
+                  "subagent": pa.string(), "cache_write_1h_tokens": pa.int64(),
+                  "speed": pa.string()}
+#: A request's speed while pricing: the ``usage`` column's null (none stated) is the
+#: standard speed; ``fast`` is priced at its rule's fast rates (:attr:`Price.fast`).
+STANDARD_SPEED, FAST_SPEED = "standard", "fast"
 TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
                  "cache_write_1h_tokens")
 _KINDS = ("input", "output", "cache_read", "cache_write")
@@ -155,7 +160,7 @@ class _Rules:
     def __init__(self, prices: PriceTable) -> None:
         self.prices = prices
         self.rules: dict[tuple[str, str], Price | None] = {}
-        self.flat: dict[tuple[str, str, bool], Price | None] = {}
+        self.flat: dict[tuple[str, str, bool, str], Price | None] = {}
 
     def rule(self, provider: str, model: str) -> Price | None:
         key = (provider, model)
@@ -163,21 +168,29 @@ class _Rules:
             self.rules[key] = self.prices.lookup(provider or None, model or None)
         return self.rules[key]
 
-    def flat_rule(self, provider: str, model: str, over: bool) -> Price | None:
+    def flat_rule(self, provider: str, model: str, over: bool,
+                  speed: str = STANDARD_SPEED) -> Price | None:
         """The rule with the rates a request over (or under) its tier pays, untiered: so
-        :func:`price` applies them to a bucket's summed usage as it would to each row."""
-        key = (provider, model, over)
+        :func:`price` applies them to a bucket's summed usage as it would to each row. A
+        fast request pays the rule's fast rates (no tier applies to them); ``None`` when
+        the rule has none, or for a speed no rule prices: unpriced, never priced at the
+        standard rates."""
+        key = (provider, model, over, speed)
         if key not in self.flat:
             rule = self.rule(provider, model)
-            if rule is not None:
+            if rule is not None and speed != STANDARD_SPEED:
+                fast = rule.fast if speed == FAST_SPEED else None
+                rule = None if fast is None else replace(rule, base=fast, tier=None, fast=None)
+            elif rule is not None:
                 rates = rule.tier.rates if over and rule.tier is not None else rule.base
-                rule = replace(rule, base=rates, tier=None)
+                rule = replace(rule, base=rates, tier=None, fast=None)
             self.flat[key] = rule
         return self.flat[key]
 
 
 def _over_tier(billed: pa.Table, rules: _Rules) -> pa.Array:
-    """Per row: whether its prompt is strictly above its model's tier threshold."""
+    """Per row: whether its prompt is strictly above its model's tier threshold (never
+    for a request at another speed than the standard: no tier applies to it)."""
     pairs = billed.group_by(["provider", "model"], use_threads=False).aggregate([])
     tiers = [(p, m, r.tier.above) for p, m in zip(pairs["provider"].to_pylist(),
                                                   pairs["model"].to_pylist(), strict=True)
@@ -191,7 +204,7 @@ def _over_tier(billed: pa.Table, rules: _Rules) -> pa.Array:
     for provider, model, above in tiers:
         mine = pc.and_(pc.equal(billed["provider"], provider), pc.equal(billed["model"], model))
         over = pc.or_(over, pc.and_(mine, pc.greater(prompt, above)))
-    return over
+    return pc.and_(over, pc.equal(billed["speed"], STANDARD_SPEED))
 
 
 def with_added_columns(usage: pa.Table) -> pa.Table:
@@ -251,6 +264,8 @@ def _prepared(usage: pa.Table, keys: Sequence[str] = ()) -> pa.Table:
     for name in _NAMES:
         i = billed.schema.get_field_index(name)
         billed = billed.set_column(i, name, pc.fill_null(billed[name], ""))
+    billed = billed.set_column(billed.schema.get_field_index("speed"), "speed",
+                               pc.fill_null(billed["speed"], STANDARD_SPEED))
     category = pc.fill_null(billed["waste"], "effective")
     return billed.append_column("category", category)
 
@@ -278,7 +293,8 @@ def price_usage(usage: pa.Table, prices: PriceTable, by: Sequence[str] = ()) -> 
     billed = _prepared(usage, keys)
     rules = _Rules(prices)
     billed = billed.append_column("over", _over_tier(billed, rules))
-    bucket_keys = list(dict.fromkeys([*keys, "provider", "model", "over", "category"]))
+    bucket_keys = list(dict.fromkeys([*keys, "provider", "model", "speed", "over",
+                                      "category"]))
     buckets = billed.group_by(bucket_keys, use_threads=False).aggregate(
         [(c, "sum") for c in TOKEN_COLUMNS] + [("category", "count")])
     cols = {name: buckets[name].to_pylist() for name in buckets.column_names}
@@ -286,11 +302,12 @@ def price_usage(usage: pa.Table, prices: PriceTable, by: Sequence[str] = ()) -> 
     unknown: dict[tuple[str, str], list[int]] = {}
     for i in range(buckets.num_rows):
         provider, model, over = cols["provider"][i], cols["model"][i], cols["over"][i]
+        speed = cols["speed"][i]
         category, n = cols["category"][i], cols["category_count"][i]
         u = TokenUsage(*(cols[f"{c}_sum"][i] or 0 for c in TOKEN_COLUMNS))
         key = tuple(cols[k][i] or None if k in _NAMES else cols[k][i] for k in keys)
         sums = groups.setdefault(key, _Sums())
-        rule = rules.flat_rule(provider, model, over)
+        rule = rules.flat_rule(provider, model, over, speed)
         sums.cost[category] += price(u, rule)
         sums.usage[category] += u
         sums.records += n
@@ -299,7 +316,9 @@ def price_usage(usage: pa.Table, prices: PriceTable, by: Sequence[str] = ()) -> 
         if rule is None:
             sums.unknown = True
             sums.unknown_tokens += _tokens(u)
-            seen = unknown.setdefault((provider, model), [0, 0])
+            # A model priced at its standard speed but not at this one: named with it.
+            shown = model if speed == STANDARD_SPEED or not model else f"{model} ({speed})"
+            seen = unknown.setdefault((provider, shown), [0, 0])
             seen[0] += n
             seen[1] += _tokens(u)
     table = _cost_table(by, keys, groups)

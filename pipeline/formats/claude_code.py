@@ -13,7 +13,8 @@ The rules, decided in docs/formats.md:
   ``request_key``);
 * the one-hour share of a request's cache writes
   (``usage.cache_creation.ephemeral_1h_input_tokens``) goes with it (``meta.write_1h``),
-  so that it is priced at the one-hour rate;
+  so that it is priced at the one-hour rate; so does a speed other than ``standard``
+  (``usage.speed``, ``meta.speed``: ``fast`` is Anthropic's fast mode, priced apart);
 * ``<synthetic>`` assistant messages (written by Claude Code itself, never sent) are not
   requests;
 * a subagent file's first entries name parents in the parent session: in a sidechain
@@ -58,6 +59,8 @@ _TYPES = frozenset({"user", "assistant", "system", "summary", "progress",
                     "file-history-snapshot", "queue-operation", "attachment"})
 #: Model name Claude Code writes on messages it made up itself (API errors, interrupts).
 SYNTHETIC_MODEL = "<synthetic>"
+#: ``usage.speed`` of a request served at the model's standard speed (not recorded).
+STANDARD_SPEED = "standard"
 PROVIDER = "anthropic"
 
 
@@ -90,14 +93,25 @@ def _hour_writes(usage: Any) -> int | None:
     return min(hour, count(usage.get("cache_creation_input_tokens")))
 
 
+def _speed(usage: Any) -> str | None:
+    """The speed the provider served a request at, when not its standard one
+    (``usage.speed``: ``"fast"`` is Anthropic's fast mode, priced apart); else ``None``."""
+    speed = usage.get("speed") if type(usage) is dict else None
+    return speed if type(speed) is str and speed and speed != STANDARD_SPEED else None
+
+
 def _request_meta(line: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
     """The request an assistant line is part of: usage, model, key (none if synthetic)."""
     model = text(message.get("model"))
     if model == SYNTHETIC_MODEL:
         return {}
     usage = message.get("usage")
-    return {"usage": _usage(usage), "write_1h": _hour_writes(usage), "model": model,
+    meta = {"usage": _usage(usage), "write_1h": _hour_writes(usage), "model": model,
             "request_key": f"{text(message.get('id'))}:{text(line.get('requestId'))}"}
+    speed = _speed(usage)
+    if speed is not None:  # rare: the key only where the line states another speed
+        meta["speed"] = speed
+    return meta
 
 
 def _mirrored_request(obj: dict[str, Any]) -> dict[str, Any] | None:

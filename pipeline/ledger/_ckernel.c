@@ -2073,14 +2073,15 @@ ckernel_tree_add(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t 
  * nodes above), the directive marker, the zero usage and the slow function are given
  * once by configure_info(). */
 
-#define REQUEST_SLOTS 8
+#define REQUEST_SLOTS 9
 static const char *request_slot_names[REQUEST_SLOTS] = {"usage", "ts", "model", "receipt",
-                                                        "key", "part", "write_1h", "mirror"};
+                                                        "key", "part", "write_1h", "mirror",
+                                                        "speed"};
 static PyObject *request_slots[REQUEST_SLOTS];
 static PyTypeObject *request_type = NULL;
 static PyObject *directive_marker = NULL, *info_slow = NULL, *transcript_slow = NULL;
 /* Defined with the Claude Code kernel below; node_info() reads them for transcripts. */
-static PyObject *s_request_key, *s_write_1h, *s_mirror;
+static PyObject *s_request_key, *s_write_1h, *s_mirror, *s_speed;
 static PyObject *usage_keys[4], *zero_count = NULL, *zero_usage = NULL;
 static PyObject *s_control = NULL, *s_attempts = NULL, *s_winning_attempt = NULL,
                 *s_ordinal = NULL, *s_settlement = NULL, *s_provider = NULL,
@@ -2214,7 +2215,7 @@ new_request(PyObject *usage, PyObject *ts, PyObject *model, PyObject *key, PyObj
             PyObject *mirror)
 {
     PyObject *values[REQUEST_SLOTS] = {usage, ts, model, Py_None, key, Py_False, write_1h,
-                                       mirror};
+                                       mirror, Py_None};
     return slotted(request_type, request_slots, values, REQUEST_SLOTS);
 }
 
@@ -2967,7 +2968,8 @@ request_key(PyObject *key)
 /* node_info(entry, bad), or with `transcript` transcript_info(entry, bad): the same, and
  * a request's meta.request_key, meta.write_1h and meta.mirror as _transcript_info_py reads
  * them (the key as request_key() shares it, the mirror interned, a token count; else
- * None); every other entry is the slow function's. */
+ * None); every other entry (a request's meta with a speed among them) is the slow
+ * function's. */
 static PyObject *
 node_info_impl(PyObject *const *args, Py_ssize_t nargs, int transcript)
 {
@@ -3065,6 +3067,10 @@ node_info_impl(PyObject *const *args, Py_ssize_t nargs, int transcript)
         key = GET(meta, s_request_key);
         hour = key || !PyErr_Occurred() ? GET(meta, s_write_1h) : NULL;
         mirror = hour || !PyErr_Occurred() ? GET(meta, s_mirror) : NULL;
+        /* a speed other than the standard (rare): the Python function reads it */
+        if (!PyErr_Occurred() && GET(meta, s_speed)) {
+            goto slow_view;
+        }
     }
     if (PyErr_Occurred()) {
         goto done;
@@ -3306,7 +3312,7 @@ done:
  *
  *     usage_rows(nodes, by_id, provider, model, subagent) -> list | None
  *
- * One row (USAGE_FIELDS' 20 values) per request with a usage and per metered attempt
+ * One row (USAGE_FIELDS' 21 values) per request with a usage and per metered attempt
  * of a receipt, the same tuples of the same objects as the Python's, after figures()
  * (or _figures) tied the receipts; provider and model the header's (None for none).
  * None whenever a value is not what the audit makes (an info's text that is not a str,
@@ -3349,11 +3355,11 @@ ckernel_usage_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
     }
     Py_ssize_t n_id = slot_offset(node_slots[1]), n_info = slot_offset(node_slots[4]),
                n_active = slot_offset(node_slots[5]);
-    /* request: usage, ts, model, receipt, key, part, write_1h, mirror */
+    /* request: usage, ts, model, receipt, key, part, write_1h, mirror, speed */
     Py_ssize_t q_usage = slot_offset(request_slots[0]), q_ts = slot_offset(request_slots[1]),
                q_model = slot_offset(request_slots[2]), q_receipt = slot_offset(request_slots[3]),
                q_key = slot_offset(request_slots[4]), q_write_1h = slot_offset(request_slots[6]),
-               q_mirror = slot_offset(request_slots[7]);
+               q_mirror = slot_offset(request_slots[7]), q_speed = slot_offset(request_slots[8]);
     /* receipt: winning, billed, attempts, failed, ts, provider, model, purpose, metered */
     Py_ssize_t r_ts = slot_offset(receipt_slots[4]), r_provider = slot_offset(receipt_slots[5]),
                r_model = slot_offset(receipt_slots[6]), r_purpose = slot_offset(receipt_slots[7]),
@@ -3380,21 +3386,22 @@ ckernel_usage_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
             }
             PyObject *ts = SLOT_AT(info, q_ts), *own_model = SLOT_AT(info, q_model),
                      *receipt = SLOT_AT(info, q_receipt), *key = SLOT_AT(info, q_key),
-                     *write_1h = SLOT_AT(info, q_write_1h), *mirror = SLOT_AT(info, q_mirror);
+                     *write_1h = SLOT_AT(info, q_write_1h), *mirror = SLOT_AT(info, q_mirror),
+                     *speed = SLOT_AT(info, q_speed);
             if (!u || !is_usage(u) || !ts || !receipt || !write_1h || !text_or_none(key)
-                || !text_or_none(own_model) || !text_or_none(mirror)) {
+                || !text_or_none(own_model) || !text_or_none(mirror) || !text_or_none(speed)) {
                 goto defer;
             }
             PyObject *active = mark == Py_True || mirror != Py_None ? Py_True : Py_False;
             int billed = receipt == Py_None;
             PyObject *row = PyTuple_Pack(
-                20, ident, or_text(key, ident), mirror == Py_None ? s_message : s_mirror,
+                21, ident, or_text(key, ident), mirror == Py_None ? s_message : s_mirror,
                 Py_None, Py_None, Py_None, Py_None, ts, provider, or_text(own_model, model),
                 active, PyTuple_GET_ITEM(u, 0), PyTuple_GET_ITEM(u, 1), PyTuple_GET_ITEM(u, 2),
                 PyTuple_GET_ITEM(u, 3), billed ? Py_True : Py_False,
                 billed ? active : Py_False,
                 billed && active == Py_False ? s_abandoned : Py_None, write_1h,
-                or_text(mirror, subagent));
+                or_text(mirror, subagent), speed);
             if (!row || PyList_Append(rows, row) < 0) {
                 Py_XDECREF(row);
                 goto fail;
@@ -3458,10 +3465,10 @@ ckernel_usage_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
                 PyObject *waste = effective == Py_True ? Py_None
                                   : win == Py_True && counts ? s_abandoned : s_retry;
                 PyObject *row = PyTuple_Pack(
-                    20, ident, owner ? owner_id : Py_None, s_attempt, purpose, shown, settlement,
+                    21, ident, owner ? owner_id : Py_None, s_attempt, purpose, shown, settlement,
                     win, ts, or_text(a_p, p), or_text(a_m, m), active, PyTuple_GET_ITEM(u, 0),
                     PyTuple_GET_ITEM(u, 1), PyTuple_GET_ITEM(u, 2), PyTuple_GET_ITEM(u, 3),
-                    Py_True, effective, waste, Py_None, subagent);
+                    Py_True, effective, waste, Py_None, subagent, Py_None);
                 if (!row || PyList_Append(rows, row) < 0) {
                     Py_XDECREF(row);
                     goto fail;
@@ -3967,13 +3974,15 @@ ckernel_activity_run(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
  * A user or assistant line (its type an exact str, its message an exact dict) gets
  * ("message", {"message": {"role": type, "content": blocks}, "meta": meta}) built here:
  * blocks as _blocks() makes them, meta as _request_meta() (an assistant's: usage, the
- * one-hour cache writes, model, request key; {} for the synthetic model) or the user's
- * control tag. Any other line is fallback(obj)'s, the Python function. */
+ * one-hour cache writes, model, request key, a speed other than the standard; {} for
+ * the synthetic model) or the user's control tag. Any other line is fallback(obj)'s,
+ * the Python function. */
 
 static PyObject *kind_fallback = NULL, *synthetic_model = NULL;
 static PyObject *s_user = NULL, *s_assistant = NULL, *s_text = NULL, *s_none = NULL,
                 *s_write_1h = NULL, *s_request_key = NULL, *s_cache_creation = NULL,
-                *s_hour = NULL, *s_compact_summary = NULL;
+                *s_hour = NULL, *s_compact_summary = NULL, *s_speed = NULL,
+                *s_standard = NULL;
 enum { CC_REQUEST_ID = 9, CC_IS_META = 10, CC_IS_COMPACT_SUMMARY = 11 };
 
 static PyObject *
@@ -4055,6 +4064,19 @@ hour_writes(PyObject *usage)
     return less ? all : hour;
 }
 
+/* _speed(usage): a speed other than the standard (an exact, non-empty str), borrowed;
+ * else NULL (with an error set when the look-up failed). */
+static PyObject *
+speed_of(PyObject *usage)
+{
+    PyObject *v = usage && PyDict_CheckExact(usage) ? get(usage, s_speed) : NULL;
+    if (!v || !PyUnicode_CheckExact(v) || PyUnicode_GET_LENGTH(v) == 0
+        || PyUnicode_Compare(v, s_standard) == 0) {
+        return NULL;
+    }
+    return v;
+}
+
 /* _request_meta(line, message). */
 static PyObject *
 request_meta(PyObject *line, PyObject *message)
@@ -4078,11 +4100,13 @@ request_meta(PyObject *line, PyObject *message)
                                          rid_text ? rid_text : s_none);
     PyObject *counts = key ? usage_counts(usage) : NULL;
     PyObject *hour = counts ? hour_writes(usage) : NULL;
-    PyObject *meta = hour ? PyDict_New() : NULL;
+    PyObject *speed = hour ? speed_of(usage) : NULL;
+    PyObject *meta = hour && !PyErr_Occurred() ? PyDict_New() : NULL;
     if (meta && (PyDict_SetItem(meta, s_usage, counts) < 0
                  || PyDict_SetItem(meta, s_write_1h, hour) < 0
                  || PyDict_SetItem(meta, s_model, model ? model : Py_None) < 0
-                 || PyDict_SetItem(meta, s_request_key, key) < 0)) {
+                 || PyDict_SetItem(meta, s_request_key, key) < 0
+                 || (speed && PyDict_SetItem(meta, s_speed, speed) < 0))) {
         Py_CLEAR(meta);
     }
     Py_XDECREF(key);
@@ -4696,8 +4720,10 @@ PyInit__ckernel(void)
     s_cache_creation = PyUnicode_InternFromString("cache_creation");
     s_hour = PyUnicode_InternFromString("ephemeral_1h_input_tokens");
     s_compact_summary = PyUnicode_InternFromString("compact_summary");
+    s_speed = PyUnicode_InternFromString("speed");
+    s_standard = PyUnicode_InternFromString("standard");
     if (!s_user || !s_assistant || !s_text || !s_none || !s_write_1h || !s_request_key
-        || !s_cache_creation || !s_hour || !s_compact_summary) {
+        || !s_cache_creation || !s_hour || !s_compact_summary || !s_speed || !s_standard) {
         return NULL;
     }
     for (int i = 0; i < CC_NSCALARS; i++) {

@@ -103,6 +103,10 @@ USAGE_SCHEMA = pa.schema(
         # Of cache_write_tokens, the one-hour writes, where the transcript says (Claude
         # Code); null for vak, whose ledgers do not.
         ("cache_write_1h_tokens", pa.int64()),
+        # The speed the provider served the request at, where the transcript says one
+        # other than the standard (Claude Code's ``usage.speed``: ``fast``, Anthropic's
+        # fast mode, priced apart); null otherwise.
+        ("speed", pa.string()),
         *_PROVENANCE,
     ]
 )

@@ -41,7 +41,8 @@ class PriceSourceContract:
                                              known: tuple[str, str]) -> None:
         rule = table.lookup(*known)
         assert rule is not None
-        tiers = [rule.base] + ([rule.tier.rates] if rule.tier is not None else [])
+        tiers = [rule.base] + ([rule.tier.rates] if rule.tier is not None else []) \
+            + ([rule.fast] if rule.fast is not None else [])  # fast mode's, where it has one
         for rates in tiers:
             for r in _rates(rates):
                 assert r is None or (isinstance(r, Decimal) and r >= 0 and r.is_finite()), r

@@ -584,17 +584,17 @@ METERED = st.tuples(st.none() | st.integers(-2, 2**31 + 1) | st.sampled_from([2*
 #: What the audit hangs on a node, and what it never does (a defer, never a guess).
 INFO = st.one_of(
     st.none(), st.just(_DIRECTIVE), st.just("other"),
-    st.builds(lambda u, model, part, mirror, key, hour: _Request(u, "t", model, None, key,
-                                                                  part, hour, mirror),
+    st.builds(lambda u, model, part, mirror, key, hour, speed: _Request(
+        u, "t", model, None, key, part, hour, mirror, speed),
               st.none() | USAGE, TEXT, st.booleans(), st.none() | st.just("sub"), TEXT,
-              st.none() | st.integers(0, 9)),
+              st.none() | st.integers(0, 9), st.none() | st.just("fast")),
     st.builds(lambda w, b, a, f, p, m, why, metered: _Receipt(w, b, a, f, "t", p, m, why,
                                                               metered),
               st.none() | USAGE, USAGE, st.integers(0, 5), st.integers(0, 5), TEXT, TEXT,
               TEXT, st.lists(METERED, max_size=3)),
 )
 ODD = st.sampled_from(["mark", "part", "usage", "receipt_usage", "attempts", "parent",
-                       "model", "metered", "attempt"])
+                       "model", "metered", "attempt", "speed"])
 
 
 def figure_tree(spec: list[tuple[Any, int, bool]], odd: str | None, where: int) -> Any:
@@ -625,6 +625,8 @@ def figure_tree(spec: list[tuple[Any, int, bool]], odd: str | None, where: int) 
             node.parent_id = 7
         elif odd == "model" and type(node.info) is _Request:
             node.info.model = 3
+        elif odd == "speed" and type(node.info) is _Request:
+            node.info.speed = 2
         elif odd == "metered" and type(node.info) is _Receipt:
             node.info.metered = tuple(node.info.metered)
         elif odd == "attempt" and type(node.info) is _Receipt and node.info.metered:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
@@ -10,13 +12,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.costs import pricing
 from pipeline.costs.pricing import (
     Cost,
     Price,
+    PriceCache,
     PriceTable,
     Rates,
     Tier,
     TokenUsage,
+    load_genai_prices,
     load_prices,
     load_toml_prices,
     price,
@@ -37,6 +42,10 @@ def _rates(i: str, o: str, r: str, w: str) -> Rates:
 FLAT = Price("test", "flat", _rates("3", "15", "0.3", "3.75"))
 TIERED = Price("test", "tiered", _rates("3", "15", "0.3", "3.75"),
                Tier(1000, _rates("6", "22.5", "0.6", "7.5")))
+#: Claude Opus 4.8's rates (genai-prices), with a tier to show a fast request ignores it.
+FAST = Price("test", "fast", Rates(D(5), D(25), D("0.5"), D("6.25"), D(10)),
+             Tier(1000, Rates(D(10), D("37.5"), D(1), D("12.5"), D(20))),
+             Rates(D(10), D(50), D(1), D("12.5"), D(20)))
 
 
 def _write(tmp_path: Path, text: str, name: str = "mine.toml") -> Path:
@@ -175,6 +184,19 @@ _GOOD = 'provider = "p"\npattern = "m"\ninput = 3\noutput = 15\n'
     (f'[[model]]\n{_GOOD}[model.tier]\nabove = 10\ninput = 6\noutput = 30\nextra = 1\n',
      "'tier.extra'"),
     (f'[[model]]\n{_GOOD}tier = 5\n', "'tier'"),
+    (f'[[model]]\n{_GOOD}[model.fast]\noutput = 30\n', "missing key 'fast.input'"),
+    (f'[[model]]\n{_GOOD}[model.fast]\ninput = 6\noutput = 30\nabove = 10\n', "'fast.above'"),
+    (f'[[model]]\n{_GOOD}[model.fast]\ninput = 6\noutput = 30\ncache_raed = 1\n',
+     "'fast.cache_raed'"),
+    (f'[[model]]\n{_GOOD}[model.fast]\ninput = 6\noutput = 30\ncache_read = -1\n',
+     "'fast.cache_read'"),
+    (f'[[model]]\n{_GOOD}fast = 5\n', "'fast'"),
+    (f'[[model]]\n{_GOOD}[model.fast]\ninput = 2\noutput = 30\n', "'fast.input'"),
+    (f'[[model]]\n{_GOOD}[model.fast]\ninput = 6\noutput = 14\n', "'fast.output'"),
+    (f'[[model]]\n{_GOOD}cache_read = 0.3\n[model.fast]\ninput = 6\noutput = 30\n'
+     'cache_read = 0.2\n', "'fast.cache_read'"),
+    (f'[[model]]\n{_GOOD}cache_write_1h = 6\n[model.fast]\ninput = 6\noutput = 30\n'
+     'cache_write_1h = 5\n', "'fast.cache_write_1h'"),
     ("model = 3\n", "'model'"),
     ("model = [1]\n", "#1"),
     ("not toml [", "cannot read price table"),
@@ -195,6 +217,69 @@ def test_bad_files_raise_usage_errors_naming_file_and_key(tmp_path: Path, text: 
 def test_missing_override_file_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"nope\.toml"):
         load_prices(tmp_path / "nope.toml")
+
+
+def test_a_fast_table_gives_the_rules_fast_rates(tmp_path: Path) -> None:
+    f = _write(tmp_path, f"""[[model]]
+{_GOOD}cache_read = 0.3
+cache_write = 3.75
+cache_write_1h = 6
+[model.tier]
+above = 200000
+input = 6
+output = 22.5
+[model.fast]
+input = 18
+output = 90
+cache_read = 1.8
+cache_write = 22.5
+cache_write_1h = 36
+""")
+    rule = load_toml_prices(f).lookup("p", "m")
+    assert rule is not None and rule.tier is not None
+    assert rule.fast == Rates(D(18), D(90), D("1.8"), D("22.5"), D(36))
+    assert rule.base == Rates(D(3), D(15), D("0.3"), D("3.75"), D(6))
+
+
+def test_omitted_fast_rates_default_as_the_base_ones_do(tmp_path: Path) -> None:
+    f = _write(tmp_path, f"[[model]]\n{_GOOD}cache_read = 0.3\n[model.fast]\n"
+                         "input = 6\noutput = 30\n")
+    rule = load_toml_prices(f).lookup("p", "m")
+    # cache rates from the fast input, as the base's come from the base input
+    assert rule is not None and rule.fast == Rates(D(6), D(30), D(6), D(6), None)
+    plain = load_toml_prices(_write(tmp_path, f"[[model]]\n{_GOOD}", "plain.toml"))
+    assert plain.lookup("p", "m").fast is None  # type: ignore[union-attr]
+
+
+def test_a_cheaper_fast_rate_says_why(tmp_path: Path) -> None:
+    f = _write(tmp_path, f"[[model]]\n{_GOOD}cache_write_1h = 6\n[model.fast]\n"
+                         "input = 4\noutput = 30\n", "cheap.toml")
+    # the fast one-hour rate is omitted: the fast write rate, 4, below the base's 6
+    with pytest.raises(UsageError, match=r"'fast\.cache_write_1h' \(4\) \(omitted: the fast "
+                                         r"cache_write rate\) is below 'cache_write_1h' \(6\): "
+                                         r"a fast rate may not be cheaper"):
+        load_toml_prices(f)
+
+
+def test_the_shipped_fast_rates() -> None:
+    opus_48 = SHIPPED.lookup("anthropic", "claude-opus-4-8")
+    assert opus_48 is not None  # genai-prices' `speed: fast` variant
+    assert opus_48.fast == Rates(D(10), D(50), D(1), D("12.5"), D(20))
+    assert opus_48.base == Rates(D(5), D(25), D("0.5"), D("6.25"), D(10))
+    sonnet = SHIPPED.lookup("anthropic", "claude-sonnet-4-6")
+    assert sonnet is not None and sonnet.fast is None  # no fast mode
+
+
+@pytest.mark.parametrize("model", ["claude-opus-4-6", "claude-opus-4-6-20260205"])
+def test_opus_4_6_fast_is_6x_and_its_standard_rates_are_genai_prices(model: str) -> None:
+    rule = SHIPPED.lookup("anthropic", model)
+    assert rule is not None and rule == OWN.lookup("anthropic", model)  # vakpipe's rule
+    assert rule.fast == Rates(D(30), D(150), D(3), D("37.5"), D(60))
+    assert OWN.as_of is not None
+    genai = load_genai_prices(OWN.as_of).lookup("anthropic", model)
+    assert genai is not None and genai.fast is None  # why the rule is kept here
+    assert (rule.base, rule.tier) == (genai.base, genai.tier)
+    assert rule.base == Rates(D(5), D(25), D("0.5"), D("6.25"), D(10)) and rule.tier is None
 
 
 # ---- pricing
@@ -222,6 +307,36 @@ def test_tier_applies_strictly_above_the_threshold_to_the_whole_request() -> Non
 def test_tier_threshold_counts_cache_tokens_not_output() -> None:
     assert price(TokenUsage(1, 0, 1000, 0), TIERED).tiered
     assert not price(TokenUsage(1, 10_000, 0, 0), TIERED).tiered
+
+
+def test_a_fast_request_is_priced_at_the_fast_rates_whatever_its_prompt() -> None:
+    u = TokenUsage(100, 10, 200, 40, 16)  # prompt 340: below the tier
+    c = price(u, FAST, fast=True)
+    # 100 * 10/M, 10 * 50/M, 200 * 1/M, 24 * 12.5/M + 16 * 20/M (one-hour writes)
+    assert (c.input, c.output, c.cache_read, c.cache_write) == (
+        D("0.001"), D("0.0005"), D("0.0002"), D("0.00062"))
+    assert c.total == D("0.00232") and not c.unknown_model and not c.tiered
+    big = TokenUsage(2000, 10, 0, 0)  # above the tier: still the fast rates, not tiered
+    assert price(big, FAST).tiered
+    c = price(big, FAST, fast=True)
+    assert (c.input, c.output, c.tiered) == (D("0.02"), D("0.0005"), False)
+    # one-hour writes without a fast one-hour rate: the fast write rate
+    no_hour = replace(FAST, fast=_rates("10", "50", "1", "12.5"))
+    assert price(TokenUsage(cache_write=40, cache_write_1h=16), no_hour,
+                 fast=True).cache_write == D("0.0005")
+
+
+def test_a_fast_request_without_fast_rates_is_unpriced_not_standard() -> None:
+    for rule in (FLAT, TIERED, None):
+        c = price(TokenUsage(10, 10, 10, 10), rule, fast=True)
+        assert c.unknown_model and c.total == 0 and not c.tiered
+
+
+def test_fast_false_is_the_standard_price() -> None:
+    u = TokenUsage(2000, 10, 300, 40, 16)
+    standard = replace(FAST, fast=None)
+    assert price(u, FAST) == price(u, FAST, fast=False) == price(u, standard)
+    assert price(u, FLAT, fast=False) == price(u, FLAT)
 
 
 def test_unknown_model_is_flagged_with_zero_amounts() -> None:
@@ -261,6 +376,55 @@ def test_any_price_table_will_do() -> None:
     assert price(TokenUsage(1), table.lookup("test", "other")).unknown_model
 
 
+# ---- the cache of genai-prices' resolved rules
+
+
+def _cache(folder: Path) -> PriceCache:
+    assert OWN.as_of is not None
+    return PriceCache.open(folder, OWN.as_of)
+
+
+def test_the_price_cache_keeps_fast_rates(tmp_path: Path) -> None:
+    rules = {"flat": FLAT, "tiered": TIERED, "fast": FAST, "none": None,
+             "shipped": SHIPPED.lookup("anthropic", "claude-opus-4-8")}
+    assert rules["shipped"] is not None and rules["shipped"].fast is not None
+    cache = _cache(tmp_path)
+    for model, rule in rules.items():
+        cache.put("test", model, rule)
+    cache.save("0.2.3")
+    again = _cache(tmp_path)
+    assert again.path == cache.path and again.version == "0.2.3"
+    for model, rule in rules.items():
+        assert again.get("test", model) == (True, rule), model
+    raw = json.loads(again.path.read_text())  # type: ignore[union-attr]
+    assert raw["prices"]["test\tflat"]["fast"] is None
+    assert raw["prices"]["test\tfast"]["fast"]["cache_write_1h"] == "20"
+
+
+def test_a_cache_of_the_schema_before_fast_rates_is_not_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert pricing._CACHE_SCHEMA == "2"
+    monkeypatch.setattr(pricing, "_CACHE_SCHEMA", "1")
+    old = _cache(tmp_path)
+    # what schema 1 wrote: no "fast" key (a stale file says genai-prices has no fast rate)
+    old.entries["anthropic\tclaude-opus-4-8"] = {
+        "provider": "anthropic", "pattern": "claude-opus-4-8", "tier": None,
+        "base": {"input": "5", "output": "25", "cache_read": "0.5", "cache_write": "6.25",
+                 "cache_write_1h": "10"}}
+    old.dirty = True
+    old.save("0.2.3")
+    monkeypatch.undo()
+    new = _cache(tmp_path)
+    assert old.path is not None and old.path.exists() and new.path != old.path
+    assert new.version is None and new.entries == {}  # a new file: nothing is read
+    assert OWN.as_of is not None
+    rule = load_genai_prices(OWN.as_of, tmp_path).lookup("anthropic", "claude-opus-4-8")
+    assert rule is not None and rule.fast is not None
+    # and an entry of that shape in a current file is looked up again, not an error
+    new.entries = dict(old.entries)
+    assert new.get("anthropic", "claude-opus-4-8") == (False, None)
+
+
 # ---- properties
 
 _counts = st.integers(0, 3_000_000)
@@ -279,6 +443,13 @@ def test_cost_is_monotone_in_every_token_count(u: TokenUsage, kind: str, more: i
 @given(_usages, _usages)
 def test_cost_is_additive_within_one_rate_set(a: TokenUsage, b: TokenUsage) -> None:
     assert price(a + b, FLAT) == price(a, FLAT) + price(b, FLAT)
+    assert price(a + b, FAST, fast=True) == price(a, FAST, fast=True) + price(b, FAST, fast=True)
+
+
+@given(_usages)
+def test_fast_rates_never_change_a_standard_price(u: TokenUsage) -> None:
+    assert price(u, FAST) == price(u, replace(FAST, fast=None))
+    assert not price(u, FAST, fast=True).tiered
 
 
 def test_a_tier_is_judged_per_request_not_on_sums() -> None:

@@ -2,7 +2,8 @@
 assistant lines built in C, every other line handed to the Python) against
 :func:`pipeline.formats.claude_code._kind_data_py`: the same values of the same types,
 on generated lines with every field the function reads of every JSON type (counts out
-of range, booleans where counts go, the synthetic model, empty and missing ids), on the
+of range, booleans where counts go, the synthetic model, empty and missing ids, a speed
+of every kind), on the
 real transcripts' lines parsed by orjson and by the C scan, and on odd inputs.
 """
 
@@ -75,7 +76,9 @@ def usage(draw: st.DrawFn) -> Any:
               "cache_creation": draw(maybe(
                   st.fixed_dictionaries({}, optional={"ephemeral_1h_input_tokens": COUNTS,
                                                       "ephemeral_5m_input_tokens": COUNTS})
-                  | ANY))}
+                  | ANY)),
+              # the speed (Anthropic's fast mode): kept unless "standard" or not a text
+              "speed": draw(maybe(st.sampled_from(["fast", "standard", "", "Fast"]) | ANY))}
     return {k: v for k, v in fields.items() if v is not ...}
 
 

@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobs.nightly_audit import partition, run_nightly
-from pipeline.audit.session import SessionAudit, audit_session
+from pipeline.audit.session import USAGE_FIELDS, SessionAudit, audit_session
 from pipeline.cli import EXIT_OK, run
 from pipeline.costs.pricing import TokenUsage, load_prices, price
 from pipeline.costs.report import drop_copies, price_usage
@@ -132,6 +132,10 @@ def test_subagents_link_to_the_tool_call_and_to_their_parent_session() -> None:
     assert child.findings == []  # its first parent lives in the parent session
 
 
+#: Where a usage row (``SessionAudit.usage``) holds its subagent.
+SUBAGENT = USAGE_FIELDS.index("subagent")
+
+
 def test_subagent_requests_copied_into_the_parent_are_its_records_priced_once() -> None:
     parent = audit_file(CLAUDE / "258c7280-ae70-4798-800f-63464d01a85d.jsonl")
     child = audit_file(CLAUDE / "258c7280-ae70-4798-800f-63464d01a85d" / "subagents"
@@ -139,7 +143,7 @@ def test_subagent_requests_copied_into_the_parent_are_its_records_priced_once() 
     mirrors = {r[1] for r in parent.usage if r[2] == "mirror"}
     own = {r[1] for r in child.usage}
     assert mirrors and mirrors <= own and len(own) == 3  # the last one is not copied
-    assert {r[-1] for r in parent.usage if r[2] == "mirror"} == {"a881341"}
+    assert {r[SUBAGENT] for r in parent.usage if r[2] == "mirror"} == {"a881341"}
     usage = usage_table([parent, child])
     once, copies = drop_copies(usage)
     assert copies == len(mirrors)
@@ -148,7 +152,7 @@ def test_subagent_requests_copied_into_the_parent_are_its_records_priced_once() 
     # A subagent whose own file is missing: the copies are its only record.
     lone = audit_file(CLAUDE / "subagent.jsonl")
     orphans = [r for r in lone.usage if r[2] == "mirror"]
-    assert {r[-1] for r in orphans} == {"afb92ff"} and len({r[1] for r in orphans}) == 5
+    assert {r[SUBAGENT] for r in orphans} == {"afb92ff"} and len({r[1] for r in orphans}) == 5
     assert lone.row["requests"] == sum(r[2] == "message" for r in lone.usage)
 
 
