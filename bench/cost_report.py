@@ -75,9 +75,9 @@ def synthetic(n: int, seed: int = 2026) -> tuple[pa.Table, list[bytes]]:
                "output_tokens": out, "cache_read_tokens": read, "cache_write_tokens": write,
                "billed": True, "effective": not failed and not abandoned,
                "waste": "retry" if failed else "abandoned" if abandoned else None,
-               # vak receipts do not say a write's TTL (the column is Claude Code's)
-               "cache_write_1h_tokens": None, "source": "vak", "parent_session_path": None,
-               "subagent": None}
+               # vak receipts say neither a write's TTL nor a speed (Claude Code's columns)
+               "cache_write_1h_tokens": None, "speed": None, "source": "vak",
+               "parent_session_path": None, "subagent": None}
         for k, v in row.items():
             cols[k].append(v)
         attempt = {"ordinal": 0, "reason": "initial", "domain": "provider",
