@@ -255,6 +255,40 @@ def _sub_anchored(rule: re.Pattern[str], anchors: re.Pattern[str],
     return "".join(out)
 
 
+#: The rules that read the value after a key's name (a password's, a secret's), with their
+#: kind, and the value groups their matches hold.
+_KEYED = tuple((kind, re.compile(rule)) for kind, _, rule in RULES if rule in ANCHORED)
+_VALUE_GROUPS = ("v1", "v2", "v3", "v4")
+#: A tag :func:`redact` wrote (a capturing group: ``split`` keeps the tags, between the
+#: other parts).
+_TAG = re.compile(r"(\[REDACTED:[a-z_]+\])")
+#: A keyed value at least this long is redacted wherever it is left (:func:`_left_over`);
+#: a shorter one could be any word of the text.
+LEFT_OVER_MIN = 8
+
+
+def _left_over(original: str, text: str) -> str:
+    """``text`` (``original`` through the rules) without any value a keyed rule finds in
+    ``original``, wherever it is left.
+
+    The rules run one after the other, each on what the one before left, so a rule can
+    take the next one's key for its value: in ``PASS :credentials => v`` the password
+    rule redacts ``credentials``, and ``v`` is then no key's value. Each keyed rule's
+    values in the original text (from :data:`LEFT_OVER_MIN` characters) are redacted
+    wherever they are still in ``text``: repeats of a secret too.
+    """
+    for kind, rule in _KEYED:
+        for match in rule.finditer(original):
+            for group in _VALUE_GROUPS:
+                value = match.group(group)
+                if value is not None and len(value) >= LEFT_OVER_MIN and value in text:
+                    # Never inside a tag already there (a value "REDACTED", say).
+                    parts = _TAG.split(text)
+                    parts[::2] = [p.replace(value, f"[REDACTED:{kind}]") for p in parts[::2]]
+                    text = "".join(parts)
+    return text
+
+
 def redact(text: str) -> str:
     """``text`` with every credential it holds replaced by ``[REDACTED:<kind>]``.
 
@@ -275,8 +309,11 @@ def redact(text: str) -> str:
                 new = rule.sub(replace, text)
             if new is not text:
                 text, low = new, new.lower()
-    # A match a check turned down (a "Basic" that is not credentials) made a copy.
-    return original if text is not original and text == original else text
+    if text is original or text == original:
+        # Nothing redacted (a match a check turned down, a "Basic" that is not
+        # credentials, made a copy): no keyed rule matched, nothing can be left over.
+        return original
+    return _left_over(original, text)
 
 
 def quote(text: str, limit: int) -> str:

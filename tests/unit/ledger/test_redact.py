@@ -7,7 +7,7 @@ import json
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pipeline.costs.report import spreadsheet_table
@@ -164,10 +164,28 @@ def test_quote_redacts_before_it_cuts() -> None:
 _SEPARATORS = st.sampled_from([" ", "\n", "\t", ", ", "; ", "(", ") ", " | ", "\r\n", "> "])
 
 
+def test_a_key_taken_for_an_earlier_rules_value_leaves_no_secret() -> None:
+    """Found by the property below in a CI run: the password rule took ``credentials``
+    (the next key) for the value of ``PASS``, and the secret after it was left as no
+    key's value. Every keyed rule's values in the original text are redacted wherever
+    they are left (:func:`pipeline.ledger.redact._left_over`)."""
+    text = "PASS :credentials => cr3d-3nt1al-v4lue, "
+    assert redact(text) == "PASS :[REDACTED:password] => [REDACTED:secret_value] "
+    assert "cr3d" not in quote(text, 38)
+    assert redact('PASS :credentials => "cr3d 3nt1al v4lue"') == \
+        'PASS :[REDACTED:password] => "[REDACTED:secret_value]"'
+    # a value left elsewhere goes too; never inside a tag already written
+    assert redact("token: abcdefgh12345 and again abcdefgh12345") == \
+        "token: [REDACTED:secret_value] and again [REDACTED:secret_value]"
+    assert redact("token: REDACTED") == "token: [REDACTED:secret_value]"
+
+
 @settings(max_examples=300, deadline=None)
 @given(case=st.sampled_from(CORPUS), before=st.text(max_size=120),
        after=st.text(max_size=120), left=_SEPARATORS, right=_SEPARATORS,
        limit=st.integers(min_value=0, max_value=400))
+@example(case=("credential-11", ":credentials => cr3d-3nt1al-v4lue,", "cr3d-3nt1al-v4lue"),
+         before="PASS", after="", left=" ", right=" ", limit=38)
 def test_no_part_of_a_secret_survives_the_detail_path(
         case: tuple[str, str, str], before: str, after: str, left: str, right: str,
         limit: int) -> None:
