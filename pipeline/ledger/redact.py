@@ -37,7 +37,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 # -- the secret-ish key names ---------------------------------------------------------------
@@ -230,34 +230,50 @@ def _replacer(kind: str) -> Callable[[re.Match[str]], str]:
     return replace
 
 
-_RULES = tuple((words, re.compile(rule), _replacer(kind),
+_RULES = tuple((kind, words, re.compile(rule), _replacer(kind),
                 re.compile("|".join(re.escape(w) for w in words)) if rule in ANCHORED else None)
                for kind, words, rule in RULES)
 
 
-def _sub_anchored(rule: re.Pattern[str], anchors: re.Pattern[str],
-                  replace: Callable[[re.Match[str]], str], text: str, low: str) -> str:
-    """``rule.sub(replace, text)`` for a rule whose matches start at an anchor: the rule
-    is tried only where ``anchors`` finds one in ``low`` (``text`` lower-cased, same
-    length), leftmost first, matches not overlapping, as ``sub`` does."""
-    out: list[str] = []
+def _anchored(rule: re.Pattern[str], anchors: re.Pattern[str] | None, text: str,
+              low: str, overlapping: bool = False) -> Iterator[re.Match[str]]:
+    """``rule.finditer(text)`` for a rule whose matches start at an anchor: the rule is
+    tried only where ``anchors`` finds one in ``low`` (``text`` lower-cased), leftmost
+    first, matches not overlapping, as ``finditer`` does; with ``overlapping``, at every
+    anchor, inside an earlier match too. A rule without anchors, or a ``low`` whose
+    length lower() changed (a rare letter), gets the plain scan."""
+    if anchors is None or len(low) != len(text):
+        yield from rule.finditer(text)
+        return
     last = 0
     for hit in anchors.finditer(low):
-        if hit.start() < last:
+        if hit.start() < last and not overlapping:
             continue
         match = rule.match(text, hit.start())
         if match is not None:
-            out += (text[last:match.start()], replace(match))
+            yield match
             last = match.end()
+
+
+def _sub(rule: re.Pattern[str], anchors: re.Pattern[str] | None,
+         replace: Callable[[re.Match[str]], str], text: str, low: str) -> str:
+    """``rule.sub(replace, text)`` over :func:`_anchored`'s matches; ``text`` itself when
+    none."""
+    if anchors is None or len(low) != len(text):
+        return rule.sub(replace, text)  # the plain scan, in C
+    out: list[str] = []
+    last = 0
+    for match in _anchored(rule, anchors, text, low):
+        out += (text[last:match.start()], replace(match))
+        last = match.end()
     if not out:
         return text
     out.append(text[last:])
     return "".join(out)
 
 
-#: The rules that read the value after a key's name (a password's, a secret's), with their
-#: kind, and the value groups their matches hold.
-_KEYED = tuple((kind, re.compile(rule)) for kind, _, rule in RULES if rule in ANCHORED)
+#: The value groups of the rules that read the value after a key's name (a password's, a
+#: secret's: the :data:`ANCHORED` ones).
 _VALUE_GROUPS = ("v1", "v2", "v3", "v4")
 #: A tag :func:`redact` wrote (a capturing group: ``split`` keeps the tags, between the
 #: other parts).
@@ -267,18 +283,22 @@ _TAG = re.compile(r"(\[REDACTED:[a-z_]+\])")
 LEFT_OVER_MIN = 8
 
 
-def _left_over(original: str, text: str) -> str:
+def _left_over(original: str, text: str, present: set[str]) -> str:
     """``text`` (``original`` through the rules) without any value a keyed rule finds in
     ``original``, wherever it is left.
 
-    The rules run one after the other, each on what the one before left, so a rule can
-    take the next one's key for its value: in ``PASS :credentials => v`` the password
-    rule redacts ``credentials``, and ``v`` is then no key's value. Each keyed rule's
-    values in the original text (from :data:`LEFT_OVER_MIN` characters) are redacted
-    wherever they are still in ``text``: repeats of a secret too.
+    A keyed rule can take the next key for its value: in ``PASS :credentials => v`` the
+    password rule redacts ``credentials`` (and in ``token: credentials => v`` the secret
+    rule does), and ``v`` is then no key's value. Each keyed rule whose words
+    ``original`` holds (``present``) is tried again on it, at every one of its anchors,
+    inside an earlier match too, and its values (from :data:`LEFT_OVER_MIN` characters)
+    are redacted wherever they are still in ``text``: repeats of a secret too.
     """
-    for kind, rule in _KEYED:
-        for match in rule.finditer(original):
+    low = original.lower()
+    for kind, words, rule, _, anchors in _RULES:
+        if anchors is None or present.isdisjoint(words):
+            continue
+        for match in _anchored(rule, anchors, original, low, overlapping=True):
             for group in _VALUE_GROUPS:
                 value = match.group(group)
                 if value is not None and len(value) >= LEFT_OVER_MIN and value in text:
@@ -301,19 +321,16 @@ def redact(text: str) -> str:
     if not present:
         return text
     original = text
-    for words, rule, replace, anchors in _RULES:
+    for _, words, rule, replace, anchors in _RULES:
         if not present.isdisjoint(words):
-            if anchors is not None and len(low) == len(text):
-                new = _sub_anchored(rule, anchors, replace, text, low)
-            else:  # lower() changed a length (a rare letter): the plain scan
-                new = rule.sub(replace, text)
+            new = _sub(rule, anchors, replace, text, low)
             if new is not text:
                 text, low = new, new.lower()
     if text is original or text == original:
         # Nothing redacted (a match a check turned down, a "Basic" that is not
         # credentials, made a copy): no keyed rule matched, nothing can be left over.
         return original
-    return _left_over(original, text)
+    return _left_over(original, text, present)
 
 
 def quote(text: str, limit: int) -> str:

@@ -167,8 +167,9 @@ _SEPARATORS = st.sampled_from([" ", "\n", "\t", ", ", "; ", "(", ") ", " | ", "\
 def test_a_key_taken_for_an_earlier_rules_value_leaves_no_secret() -> None:
     """Found by the property below in a CI run: the password rule took ``credentials``
     (the next key) for the value of ``PASS``, and the secret after it was left as no
-    key's value. Every keyed rule's values in the original text are redacted wherever
-    they are left (:func:`pipeline.ledger.redact._left_over`)."""
+    key's value; a rule taking the next key of its own kind did the same. Every keyed
+    rule's values in the original text are redacted wherever they are left
+    (:func:`pipeline.ledger.redact._left_over`)."""
     text = "PASS :credentials => cr3d-3nt1al-v4lue, "
     assert redact(text) == "PASS :[REDACTED:password] => [REDACTED:secret_value] "
     assert "cr3d" not in quote(text, 38)
@@ -178,6 +179,11 @@ def test_a_key_taken_for_an_earlier_rules_value_leaves_no_secret() -> None:
     assert redact("token: abcdefgh12345 and again abcdefgh12345") == \
         "token: [REDACTED:secret_value] and again [REDACTED:secret_value]"
     assert redact("token: REDACTED") == "token: [REDACTED:secret_value]"
+    # the same rule taking the next key (its own kind) for the value
+    assert redact("token: credentials => cr3d-3nt1al-v4lue") == \
+        "token: [REDACTED:secret_value] => [REDACTED:secret_value]"
+    assert redact("password: pwd => hunter2hunter2") == \
+        "password: [REDACTED:password] => [REDACTED:password]"
 
 
 @settings(max_examples=300, deadline=None)
