@@ -225,6 +225,11 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
     region and credentials come from the standard AWS environment
     (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ...) as botocore reads it.
     """
+    if not url.strip():
+        # fsspec reads "" as the current folder: an unset variable in a script
+        # (`--out "$OUT"`) would otherwise audit, or write beside, whatever folder the
+        # command ran in.
+        raise UsageError("empty location (''): give a folder or a URL")
     options = dict(storage_options or {})
     try:
         fs, path = url_to_fs(url, **options)

@@ -144,6 +144,20 @@ def test_output_inside_the_archive(faulty_archive: Location) -> None:
     assert not resolve(out).filesystem().exists(resolve(out).path)
 
 
+@pytest.mark.parametrize("command", [["audit", "ROOT", "--out", ""],
+                                     ["audit", "", "--out", "OUT"],
+                                     ["cost", "", "--out", "OUT"],
+                                     ["nightly", "ROOT", "--out", ""]])
+def test_an_empty_location_is_refused(command: list[str], tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # An unset `--out "$OUT"` in a script: never the folder the command runs in.
+    write_fleet(resolve(str(tmp_path / "ROOT")), sessions=2, seed=1)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, command)
+    assert_one_line_error(result.exit_code, result.stderr, "empty location")
+    assert sorted(os.listdir(tmp_path)) == ["ROOT"]
+
+
 def test_bad_storage_option(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["audit", "memory://x", "--out", str(tmp_path),
                                        "--storage-option", "no-equals-sign"])

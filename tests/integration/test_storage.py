@@ -110,6 +110,14 @@ def test_resolve_refuses_unknown_protocols() -> None:
         resolve("nosuchproto://x")
 
 
+@pytest.mark.parametrize("url", ["", " ", "\t"])
+def test_resolve_refuses_an_empty_location(url: str) -> None:
+    # fsspec would read it as the current folder: an unset `--out "$OUT"` must not
+    # audit, or write beside, whatever folder the command ran in.
+    with pytest.raises(UsageError, match="empty location"):
+        resolve(url)
+
+
 def test_location_picklable_and_contains() -> None:
     import pickle
 
