@@ -248,8 +248,13 @@ def find_request(rows: list[dict[str, Any]], scope: str, session: str) -> dict[s
     after = [k for k in keys if k > wanted][:1]
     nearest = ", ".join(str(Scope(*k)) for k in before + after)
     in_turn = pretty_scopes([Scope(*k) for k in keys if k[0] == parsed.turn], None)
-    what = f"{scope} is a turn, not a request" if parsed.iter is None \
-        else f"no request at {scope} in {session}"
+    if parsed.iter is not None:
+        what = f"no request at {scope} in {session}"
+    elif in_turn:
+        what = f"{scope} is a turn, not a request"
+    else:
+        # Not "a turn": the session may have no such turn at all.
+        what = f"no request in {scope} of {session}"
     where = f"; t{parsed.turn} has {in_turn}" if in_turn else ""
     raise UsageError(f"{what}; nearest: {nearest}{where}")
 

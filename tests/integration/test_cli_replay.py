@@ -235,7 +235,8 @@ def test_show_the_example_ledger(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 @pytest.mark.parametrize(("scope", "names"), [
     ("t1/i3", ["no request at t1/i3", "nearest: t1/i2", "t1 has t1/i1-i2"]),
-    ("t2", ["t2 is a turn, not a request", "nearest: t1/i2"]),
+    ("t1", ["t1 is a turn, not a request", "t1 has t1/i1-i2"]),
+    ("t2", ["no request in t2 of", "nearest: t1/i2"]),
     ("t9/i1", ["nearest: t1/i2"]),
     ("i1", ["not a request scope", "tN/iM"]),
 ])
