@@ -43,9 +43,9 @@ from pipeline.costs.terminal import budget_table, cost_table
 from pipeline.errors import PipelineError, UsageError
 from pipeline.io.commit import (
     MANIFEST,
+    CommittedRun,
     check_vakpipe_output,
-    read_run_dataset,
-    read_run_manifest,
+    open_run,
     write_small_file,
 )
 from pipeline.io.storage import Location, storage_error, storage_errors
@@ -103,17 +103,20 @@ class CostOutcome:
         return tuple(s for s in self.budgets if s.breached)
 
 
-def _optional(out: Location, dataset: str) -> pa.Table | None:
+def _optional(out: Location, run: CommittedRun, dataset: str) -> pa.Table | None:
     """A dataset of the run, or ``None`` when the run did not write it."""
-    try:
-        return read_run_dataset(out, dataset)
-    except FileNotFoundError:
+    if dataset not in run.datasets:
         return None
+    try:
+        return run.read(dataset)
+    except storage_errors() as err:
+        raise storage_error(err, out.url) from err
 
 
-def check_usage_run(out: Location, manifest: dict[str, Any] | None) -> dict[str, Any]:
-    """``manifest``, the run ``out`` holds (:func:`~pipeline.io.commit.read_run_manifest`),
-    when it committed a usage table.
+def usage_run(out: Location) -> tuple[CommittedRun, pa.Table]:
+    """The run a reader of ``out``'s usage reads (:func:`~pipeline.io.commit.open_run`:
+    ``out``'s own, or a nightly output's newest night) and its usage table, both of one
+    commit.
 
     Raises
     ------
@@ -121,24 +124,20 @@ def check_usage_run(out: Location, manifest: dict[str, Any] | None) -> dict[str,
         ``out`` holds no committed run (an archive, most often: the message says how to
         audit and price one), or its run has no usage table.
     """
-    if manifest is None:
-        raise UsageError(
-            f"{out.url}: no committed run (an output of `vakpipe audit --out` or `vakpipe "
-            f"nightly --out`); an archive is audited first: `vakpipe audit {out.url} --out "
-            f"OUT`, or audited and priced in one step: `vakpipe cost {out.url} --out OUT`")
-    if "usage" not in manifest.get("datasets", {}):
-        raise UsageError(
-            f"{out.url}: its run has no usage table (runs before the cost report did not "
-            f"write one); audit its archive again: `vakpipe audit ROOT --out {out.url}`")
-    return manifest
-
-
-def _read(out: Location) -> tuple[pa.Table, pa.Table | None, pa.Table | None, InputRun]:
     try:
-        manifest = check_usage_run(out, read_run_manifest(out))
-        usage = read_run_dataset(out, "usage")
-        return usage, _optional(out, "requests"), _optional(out, "compaction"), \
-            InputRun.of(out.url, manifest)
+        run = open_run(out)
+        if run is None:
+            raise UsageError(
+                f"{out.url}: no committed run (an output of `vakpipe audit --out` or "
+                f"`vakpipe nightly --out`); an archive is audited first: `vakpipe audit "
+                f"{out.url} --out OUT`, or audited and priced in one step: `vakpipe cost "
+                f"{out.url} --out OUT`")
+        if "usage" not in run.datasets:
+            raise UsageError(
+                f"{out.url}: its run has no usage table (runs before the cost report did "
+                f"not write one); audit its archive again: `vakpipe audit ROOT --out "
+                f"{out.url}`")
+        return run, run.read("usage")
     except storage_errors() as err:
         raise storage_error(err, out.url) from err
 
@@ -215,9 +214,9 @@ def stale_report_line(out: Location, dest: Location | None = None) -> str | None
         The run's own manifest is not one vakpipe writes.
     """
     dest = dest or _default_dest(out)
-    run = read_run_manifest(out)
+    run = open_run(out)
     report = read_report_manifest(dest)
-    run_id = run.get("run_id") if run is not None else None
+    run_id = run.manifest.get("run_id") if run is not None else None
     if report is None:
         return f"{dest.url}: no cost report manifest; its files describe no known run"
     if report.get("run_id") != run_id:
@@ -333,14 +332,17 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
     if since is not None and until is not None and since > until:
         raise UsageError(f"--since {since} is after --until {until}")
     prices = load_prices(prices_path)
-    usage, requests, compaction, source = _read(out)
+    run, usage = usage_run(out)
+    requests = _optional(out, run, "requests")
+    compaction = _optional(out, run, "compaction")
+    source = InputRun.of(out.url, run.manifest)
     run_id = source.run_id
     sealed = pc.sum(pc.equal(usage["kind"], "sealed")).as_py() or 0
     usage, copies = drop_copies(usage)
     if timezone is not None or {"week", "month"} & set(by):  # else the audit's UTC days
         usage = with_periods(usage, timezone)
     if "project" in by or any(b.project is not None for b in budgets):
-        sessions = _optional(out, "integrity/sessions")
+        sessions = _optional(out, run, "integrity/sessions")
         usage = with_projects(usage, sessions)
     everything = usage
     usage = in_window(usage, since, until)

@@ -3,8 +3,8 @@
 newest: everything else) or for one run.
 
 Thin: the figures and the page are :mod:`pipeline.costs.dashboard`; this module finds the
-nights, reads their tables through :func:`pipeline.io.commit.read_run_dataset`, writes the
-page and prints where it is.
+nights, reads their tables (each night's as of its one commit:
+:class:`pipeline.io.commit.CommittedRun`), writes the page and prints where it is.
 """
 
 from __future__ import annotations
@@ -28,12 +28,7 @@ from pipeline.costs.dashboard import (
 from pipeline.costs.pricing import load_prices
 from pipeline.costs.report import drop_copies, price_usage, unknown_lines
 from pipeline.errors import UsageError
-from pipeline.io.commit import (
-    committed_partitions,
-    read_manifest,
-    read_run_dataset,
-    read_run_manifest,
-)
+from pipeline.io.commit import CommittedRun, committed_partitions, open_run, read_manifest
 from pipeline.io.delta import NIGHT, NIGHTS, Tables, table_exists
 from pipeline.io.delta import nights as committed_nights
 from pipeline.io.files import write_file
@@ -67,29 +62,26 @@ class DashboardOutcome:
                 "wasted_usd": self.wasted_usd}
 
 
-def _optional(loc: Location, manifest: dict[str, Any], dataset: str) -> pa.Table | None:
-    if dataset not in manifest.get("datasets", {}):
-        return None
-    return read_run_dataset(loc, dataset)
+def _optional(run: CommittedRun, dataset: str) -> pa.Table | None:
+    return run.read(dataset) if dataset in run.datasets else None
 
 
-def _runs(out: Location) -> list[tuple[str, Location, dict[str, Any]]]:
-    """``(label, location, manifest)`` of the runs shown, oldest first: OUT itself when it
-    is a run, else its committed ``date=`` partitions (a folder without a manifest is a
-    night that did not commit: left out)."""
+def _runs(out: Location) -> list[tuple[str, CommittedRun]]:
+    """``(label, run)`` of the runs shown, oldest first: OUT itself when it is a run,
+    else its committed ``date=`` partitions (a folder without a manifest is a night that
+    did not commit: left out), or a Delta nightly output's nights."""
     manifest = read_manifest(out)
     if manifest is not None:
-        run_id = manifest.get("run_id") or "run"
-        return [(str(run_id)[:8] if str(run_id)[:8].isdigit() else str(run_id), out, manifest)]
-    runs = committed_partitions(out)
+        run_id = str(manifest.get("run_id") or "run")
+        return [(run_id[:8] if run_id[:8].isdigit() else run_id, CommittedRun(out, manifest))]
+    runs = [(day, CommittedRun(loc, found)) for day, loc, found in committed_partitions(out)]
     if not runs and table_exists(out, NIGHTS):
         # A Delta nightly output (`nightly --format delta`): one point per night
         # committed, each read as of itself (OUT/night=YYYY-MM-DD).
         for day in sorted({str(r[NIGHT]) for r in committed_nights(Tables(out))}):
-            loc = out.child(f"night={day}")
-            found = read_run_manifest(loc)
-            if found is not None:
-                runs.append((day, loc, found))
+            night = open_run(out.child(f"night={day}"))
+            if night is not None:
+                runs.append((day, night))
     if not runs:
         raise UsageError(f"{out.url}: no committed run and no nightly partition (date=…) "
                          "with one; run `vakpipe audit` or `vakpipe nightly` into it first")
@@ -116,16 +108,15 @@ def dashboard_job(out: Location, *, html: Location | None = None,
     """
     try:
         runs = _runs(out)
-        nights = []
-        for label, loc, manifest in runs:
-            nights.append(night_of(label, read_run_dataset(loc, "integrity/sessions"),
-                                   read_run_dataset(loc, "integrity/findings"),
-                                   partial=InputRun.of(loc.url, manifest).partial))
-        _, newest, manifest = runs[-1]
-        sessions = read_run_dataset(newest, "integrity/sessions")
-        usage = _optional(newest, manifest, "usage")
-        requests = _optional(newest, manifest, "requests")
-        compaction = _optional(newest, manifest, "compaction")
+        nights, sessions = [], None
+        for label, run in runs:
+            sessions = run.read("integrity/sessions")
+            nights.append(night_of(label, sessions, run.read("integrity/findings"),
+                                   partial=InputRun.of(run.location.url, run.manifest).partial))
+        _, newest = runs[-1]
+        usage = _optional(newest, "usage")
+        requests = _optional(newest, "requests")
+        compaction = _optional(newest, "compaction")
     except storage_errors() as err:
         raise storage_error(err, out.url) from err
     table = load_prices(prices)
@@ -141,7 +132,7 @@ def dashboard_job(out: Location, *, html: Location | None = None,
             float(totals.totals["wasted"].total)
     packets = packet_savings(compaction) if compaction is not None else None
     page = DashboardPage(
-        source=out.url, run_id=manifest.get("run_id"), nights=nights, cost=cost,
+        source=out.url, run_id=newest.manifest.get("run_id"), nights=nights, cost=cost,
         top_waste=waste,
         saturation=saturation_by_model(requests) if requests is not None else None,
         packets=packets, prices=f"prices: {table.source}", unpriced=unpriced)

@@ -16,15 +16,14 @@ import click
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.cost_report import check_usage_run
+from jobs.cost_report import usage_run
 from pipeline.costs.otel import SEMCONV_VERSION, otel_table
 from pipeline.costs.pricing import load_prices
 from pipeline.costs.report import in_window
 from pipeline.errors import UsageError
-from pipeline.io.commit import read_run_dataset, read_run_manifest
 from pipeline.io.files import write_file
 from pipeline.io.otel import otlp_json, send_otlp, traces_url, write_parquet
-from pipeline.io.storage import Location, storage_error, storage_errors
+from pipeline.io.storage import Location
 from pipeline.tables.partial import InputRun
 
 #: The ``--json`` document's schema (docs/otel.md).
@@ -49,14 +48,6 @@ class OtelExport:
                 "input": self.source.as_dict(), "spans": self.spans,
                 "sessions": self.sessions, "unpriced_spans": self.unpriced_spans,
                 "format": self.format, "destination": self.destination}
-
-
-def _usage(out: Location) -> tuple[pa.Table, InputRun]:
-    try:
-        manifest = check_usage_run(out, read_run_manifest(out))
-        return read_run_dataset(out, "usage"), InputRun.of(out.url, manifest)
-    except storage_errors() as err:
-        raise storage_error(err, out.url) from err
 
 
 def export_otel(out: Location, *, endpoint: str | None = None, dest: Location | None = None,
@@ -93,7 +84,8 @@ def export_otel(out: Location, *, endpoint: str | None = None, dest: Location | 
         raise UsageError("give one of --endpoint URL and --file PATH")
     if endpoint is not None:
         traces_url(endpoint)  # a malformed URL is refused before anything is read
-    usage, source = _usage(out)
+    run, usage = usage_run(out)
+    source = InputRun.of(out.url, run.manifest)
     table = otel_table(in_window(usage, since, until), load_prices(prices))
     resource = {"vakpipe.run_id": source.run_id or ""}
     sessions = len(pc.unique(table["trace_id"])) if table.num_rows else 0

@@ -17,14 +17,13 @@ import click
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.errors import UsageError
+from pipeline.errors import CorruptManifestError, UsageError
 from pipeline.io.commit import (
     StagedRun,
     check_vakpipe_output,
     new_run_id,
+    open_run,
     read_dataset,
-    read_run_dataset,
-    read_run_manifest,
     write_small_file,
 )
 from pipeline.io.storage import (
@@ -90,26 +89,20 @@ class RegressionReport:
         }
 
 
-def _read_requests(run: Location, what: str) -> pa.Table:
+def _baseline_run(run: Location) -> tuple[pa.Table, InputRun]:
+    """``--baseline-run``'s requests table, and how complete its run is, both of one
+    commit (:func:`~pipeline.io.commit.open_run`)."""
     try:
-        return read_run_dataset(run, "requests")
-    except FileNotFoundError as err:
-        raise UsageError(f"{what} {run.url}: no committed requests table (the OUT of "
-                         "`replay` or `audit --replay` has one, and a regress OUT/candidate)"
-                         ) from err
-    except storage_errors() as err:
-        raise storage_error(err, run.url) from err
-
-
-def _input_run(run: Location) -> InputRun:
-    """How complete ``--baseline-run`` is, from its manifest."""
-    try:
-        manifest = read_run_manifest(run)
-    except storage_errors() as err:
-        raise storage_error(err, run.url) from err
-    except ValueError as err:
+        found = open_run(run)
+        if found is None or "requests" not in found.datasets:
+            raise UsageError(f"--baseline-run {run.url}: no committed requests table (the "
+                             "OUT of `replay` or `audit --replay` has one, and a regress "
+                             "OUT/candidate)")
+        return found.read("requests"), InputRun.of(run.url, found.manifest)
+    except CorruptManifestError as err:
         raise UsageError(f"--baseline-run {run.url}: unreadable manifest ({err})") from err
-    return InputRun.of(run.url, manifest if isinstance(manifest, dict) else {})
+    except storage_errors() as err:
+        raise storage_error(err, run.url) from err
 
 
 def _rules_of(requests: pa.Table) -> str:
@@ -185,8 +178,8 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
                              "would replace the run it compares against")
         # Read first: a wrong path fails before the replay, and OUT/candidate may be
         # the baseline run (last night's) that this run replaces.
-        old = _read_requests(baseline_run, "--baseline-run")
-        inputs = [_input_run(baseline_run)]
+        old, base_input = _baseline_run(baseline_run)
+        inputs = [base_input]
     else:
         inputs = []
     runs: list[RunSummary] = []
@@ -201,7 +194,7 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
                   for r in runs)
     new = read_dataset(cand_loc, "requests")
     if old is None:
-        old = read_run_dataset(base_loc, "requests")
+        old = read_dataset(base_loc, "requests")
     elif sessions is not None:
         audited = read_dataset(cand_loc, "integrity/sessions")["session_path"]
         old = old.filter(pc.is_in(old["session_path"], audited.combine_chunks()))

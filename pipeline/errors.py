@@ -25,6 +25,11 @@ class ObjectChangedError(StorageError):
     """An object's bytes changed between its listing and its read, or during the read."""
 
 
+class RunReplacedError(StorageError):
+    """A committed run being read was replaced by a newer commit while it was read (a
+    file its manifest names is gone): read it again."""
+
+
 class EmptyInputError(PipelineError, FileNotFoundError):
     """The root holds no session ledger at all."""
 

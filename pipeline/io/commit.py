@@ -40,7 +40,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import CommitError, CorruptManifestError, PipelineError, UnsafeOutputError
+from pipeline.errors import (
+    CommitError,
+    CorruptManifestError,
+    PipelineError,
+    RunReplacedError,
+    UnsafeOutputError,
+)
 from pipeline.io.archive import ARCHIVE
 from pipeline.io.storage import (
     Location,
@@ -700,19 +706,94 @@ def read_dataset(out: Location, dataset: str) -> pa.Table:
         No committed run, or it has no such dataset.
     CorruptManifestError
         The manifest is not one vakpipe writes.
+    RunReplacedError
+        A newer run committed while the files were read.
     """
     manifest = read_manifest(out)
-    if manifest is None or dataset not in manifest["datasets"]:
+    if manifest is None:
         raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")
-    fs = out.filesystem()
-    # The manifest is read fresh; a listing cached by this process before another one
-    # committed would not know its files.
-    fs.invalidate_cache(out.join(dataset))
-    tables = [
-        pq.read_table(out.join(dataset, name), filesystem=fs)
-        for name in manifest["datasets"][dataset]["files"]
-    ]
-    return pa.concat_tables(tables)
+    return CommittedRun(out, manifest).read(dataset)
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedRun:
+    """One committed run, read as of one manifest: every table :meth:`read` returns is of
+    the commit that manifest describes, never of a newer one that lands meanwhile (a
+    nightly committing while ``vakpipe cost`` reads its output).
+
+    ``location`` holds the manifest: ``OUT``, a nightly output's newest ``date=`` night,
+    or a Delta nightly output (``manifest`` then a view of one night, its tables pinned
+    to their versions of that night: :func:`pipeline.io.delta.nightly_manifest`).
+    """
+
+    location: Location
+    manifest: dict[str, Any]
+
+    @property
+    def datasets(self) -> dict[str, Any]:
+        """The manifest's datasets, by name."""
+        found = self.manifest.get("datasets")
+        return found if isinstance(found, dict) else {}
+
+    def read(self, dataset: str) -> pa.Table:
+        """The run's ``dataset``: exactly the files (or the Delta version) its manifest
+        names.
+
+        Raises
+        ------
+        FileNotFoundError
+            The run has no such dataset.
+        RunReplacedError
+            A file the manifest names is gone: a newer commit replaced the run while it
+            was read (its clean-up deletes the older run's files).
+        """
+        entry = self.datasets.get(dataset)
+        if entry is None:
+            raise FileNotFoundError(f"{self.location.url}: no committed dataset {dataset!r}")
+        try:
+            if "version" in entry:
+                from pipeline.io.delta import read_version  # see open_run
+
+                return read_version(self.location, dataset, int(entry["version"]))
+            fs = self.location.filesystem()
+            # The manifest is read fresh; a listing cached by this process before another
+            # one committed would not know its files.
+            fs.invalidate_cache(self.location.join(dataset))
+            return pa.concat_tables([
+                pq.read_table(self.location.join(dataset, name), filesystem=fs)
+                for name in entry["files"]])
+        except FileNotFoundError as err:
+            raise RunReplacedError(
+                f"{self.location.url}: run {self.manifest.get('run_id')} was replaced by a "
+                f"newer commit while it was read ({dataset}); read it again") from err
+
+
+def open_run(out: Location) -> CommittedRun | None:
+    """The run a reader of ``out`` reads, its manifest read once: ``out``'s own; for a
+    nightly output, its newest committed night (a ``date=`` partition); for a Delta
+    nightly output (``OUT``, or a past night ``OUT/night=YYYY-MM-DD``), that night.
+    ``None`` when ``out`` holds none. For readers of a run only: a commit never takes it
+    for a previous run.
+
+    Raises
+    ------
+    CorruptManifestError
+        A manifest is not one vakpipe writes.
+    """
+    manifest = read_manifest(out)
+    if manifest is not None:
+        return CommittedRun(out, manifest)
+    for _, name in reversed(_partition_names(out)):
+        loc = out.child(name)
+        manifest = read_manifest(loc)
+        if manifest is not None:
+            return CommittedRun(loc, manifest)
+    # Imported only for a Delta output: deltalake takes ~0.2 s to import, a tenth of
+    # what ``vakpipe cost`` of a run's output costs.
+    from pipeline.io.delta import nightly_manifest
+
+    night = nightly_manifest(out)
+    return None if night is None else CommittedRun(*night)
 
 
 def _partition_names(out: Location) -> list[tuple[str, str]]:
@@ -745,45 +826,3 @@ def committed_partitions(out: Location) -> list[tuple[str, Location, dict[str, A
         if manifest is not None:
             nights.append((day, loc, manifest))
     return nights
-
-
-def _newest_partition(out: Location) -> Location | None:
-    """The newest committed ``date=`` partition under ``out`` (manifests read newest
-    first, up to the first there), or ``None``."""
-    for _, name in reversed(_partition_names(out)):
-        loc = out.child(name)
-        if read_manifest(loc) is not None:
-            return loc
-    return None
-
-
-def read_run_manifest(out: Location) -> dict[str, Any] | None:
-    """:func:`read_manifest`; for a nightly output, that of its newest committed night (a
-    ``date=`` partition); for a Delta nightly output (``OUT``, or a past night
-    ``OUT/night=YYYY-MM-DD``), a manifest-shaped view of that night. For readers of a
-    run only: a commit never takes it for a previous manifest."""
-    manifest = read_manifest(out)
-    if manifest is not None:
-        return manifest
-    newest = _newest_partition(out)
-    if newest is not None:
-        return read_manifest(newest)
-    # Imported only for a Delta output: deltalake takes ~0.2 s to import, a tenth of
-    # what ``vakpipe cost`` of a run's output costs.
-    from pipeline.io.delta import nightly_manifest
-
-    return nightly_manifest(out)
-
-
-def read_run_dataset(out: Location, dataset: str) -> pa.Table:
-    """:func:`read_dataset`, or one table of the night :func:`read_run_manifest` reads
-    (a nightly output's newest ``date=`` partition, a Delta nightly output's night)."""
-    if read_manifest(out) is not None:
-        return read_dataset(out, dataset)
-    newest = _newest_partition(out)
-    if newest is not None:
-        return read_dataset(newest, dataset)
-    from pipeline.io.delta import nightly_dataset  # see read_run_manifest
-
-    return nightly_dataset(out, dataset)
-

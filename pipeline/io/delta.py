@@ -262,7 +262,14 @@ def read_night(out: Location, dataset: str, night: date | None = None) -> pa.Tab
     """One state table as of ``night`` (default the newest), without the ``night`` and
     ``created`` columns: the table an audit of the archive that night would give."""
     version = night_versions(out, night).get(dataset)
-    data = None if version is None else Tables(out).dataset(dataset, version)
+    if version is None:
+        raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")
+    return read_version(out, dataset, version)
+
+
+def read_version(out: Location, dataset: str, version: int) -> pa.Table:
+    """State table ``dataset`` at ``version`` (:func:`read_night`)."""
+    data = Tables(out).dataset(dataset, version)
     if data is None:
         raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")
     table = data.to_table()
@@ -288,10 +295,12 @@ def nightly_output(out: Location) -> tuple[Location, date | None] | None:
     return (base, night) if table_exists(base, NIGHTS) else None
 
 
-def nightly_manifest(out: Location) -> dict[str, Any] | None:
-    """A manifest-shaped view of a Delta nightly output's night (see
-    :func:`nightly_output`): its run id, summary fields and datasets, for the readers of
-    a run (``vakpipe cost``, ``regress --baseline-run``); ``None`` when ``out`` is none."""
+def nightly_manifest(out: Location) -> tuple[Location, dict[str, Any]] | None:
+    """A Delta nightly output's night (see :func:`nightly_output`), for the readers of a
+    run (:func:`pipeline.io.commit.open_run`): the output, and a manifest-shaped view of
+    the night (run id, summary fields, and each dataset's version that night, which
+    :meth:`~pipeline.io.commit.CommittedRun.read` reads); ``None`` when ``out`` is
+    none."""
     found = nightly_output(out)
     if found is None:
         return None
@@ -304,20 +313,7 @@ def nightly_manifest(out: Location) -> dict[str, Any] | None:
     last = rows[-1]
     summary = json.loads(last["summary"])
     versions = json.loads(last["versions"])
-    return {**(summary if isinstance(summary, dict) else {}), "run_id": last["run_id"],
-            "night": last[NIGHT],
-            "datasets": {name: {"files": [], "version": v} for name, v in versions.items()}}
-
-
-def nightly_dataset(out: Location, dataset: str) -> pa.Table:
-    """One dataset of a Delta nightly output's night (see :func:`nightly_output`).
-
-    Raises
-    ------
-    FileNotFoundError
-        ``out`` is no such output, or the night has no such dataset.
-    """
-    found = nightly_output(out)
-    if found is None:
-        raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")
-    return read_night(found[0], dataset, found[1])
+    return base, {
+        **(summary if isinstance(summary, dict) else {}), "run_id": last["run_id"],
+        "night": last[NIGHT],
+        "datasets": {name: {"files": [], "version": v} for name, v in versions.items()}}

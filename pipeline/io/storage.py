@@ -402,7 +402,10 @@ def printable(text: str, limit: int = 200) -> str:
 
 
 def storage_error(err: BaseException, url: str) -> StorageError:
-    """Translate an fsspec/s3fs/botocore error about ``url`` into a one-line error."""
+    """Translate an fsspec/s3fs/botocore error about ``url`` into a one-line error; one
+    of vakpipe's own (already one line: a run replaced while it was read) as it is."""
+    if isinstance(err, StorageError):
+        return type(err)(*err.args)
     text = str(err).splitlines()[0] if str(err) else type(err).__name__
     name = type(err).__name__
     if isinstance(err, FileNotFoundError) or "NoSuchBucket" in text:

@@ -28,6 +28,7 @@ from pipeline.errors import (
     CommitError,
     CorruptManifestError,
     OutputInsideArchiveError,
+    RunReplacedError,
     UnsafeOutputError,
 )
 from pipeline.io.commit import (
@@ -40,11 +41,10 @@ from pipeline.io.commit import (
     committed_partitions,
     encode_part,
     new_run_id,
+    open_run,
     parse_manifest,
     read_dataset,
     read_manifest,
-    read_run_dataset,
-    read_run_manifest,
     recovering_manifests,
     remove_tree,
     valid_dataset_name,
@@ -406,19 +406,36 @@ def test_a_nightly_output_is_read_as_its_newest_committed_night(where: Places) -
     --baseline-run``) given a nightly output of ``date=`` partitions read its newest
     committed night; a newer partition that did not commit (no manifest) is left out."""
     out = where.out
-    assert committed_partitions(out) == [] and read_run_manifest(out) is None
+    assert committed_partitions(out) == [] and open_run(out) is None
     staged(out.child("date=2026-12-01"), "night-1", {0: ["a"]}).commit({})
     staged(out.child("date=2026-12-02"), "night-2", {0: ["b", "c"]}).commit({})
     fs = out.filesystem()
     fs.makedirs(out.join("date=2026-12-03"), exist_ok=True)
     fs.pipe_file(out.join("date=2026-12-03", "stray.txt"), b"not committed")
     assert [day for day, _, _ in committed_partitions(out)] == ["2026-12-01", "2026-12-02"]
-    manifest = read_run_manifest(out)
-    assert manifest is not None and manifest["run_id"] == "night-2"
-    assert sorted(read_run_dataset(out, SESSIONS)["session_path"].to_pylist()) == ["b", "c"]
+    run = open_run(out)
+    assert run is not None and run.manifest["run_id"] == "night-2"
+    assert sorted(run.read(SESSIONS)["session_path"].to_pylist()) == ["b", "c"]
     # A run committed at OUT itself is read first.
     staged(out, "run-at-out", {0: ["z"]}).commit({})
-    assert read_run_manifest(out)["run_id"] == "run-at-out"  # type: ignore[index]
+    assert open_run(out).manifest["run_id"] == "run-at-out"  # type: ignore[union-attr]
+
+
+def test_a_run_is_read_as_of_the_manifest_it_was_opened_with(where: Places) -> None:
+    """A reader opens a run once and reads every table of that one commit: a commit that
+    lands meanwhile (a nightly while `vakpipe cost` reads) never mixes its tables in, and
+    the older run's files, deleted by that commit, fail as one clear error rather than
+    reading as a dataset the run does not have."""
+    out = where.out
+    staged(out, "first", {0: ["a"]}).commit({})
+    run = open_run(out)
+    assert run is not None and run.manifest["run_id"] == "first"
+    staged(out, "second", {0: ["b"]}).commit({})
+    with pytest.raises(RunReplacedError, match="run first was replaced by a newer commit"):
+        run.read(SESSIONS)
+    with pytest.raises(FileNotFoundError, match="no committed dataset 'nothing'"):
+        run.read("nothing")
+    assert open_run(out).read(SESSIONS)["session_path"].to_pylist() == ["b"]  # type: ignore[union-attr]
 
 
 # --- run_audit over a memory archive, committing to local or S3 ---------------------------
