@@ -146,7 +146,8 @@ def publish(dest: Location, files: dict[str, bytes], *, run_id: str | None = Non
             source: str | None = None, base: Location | None = None) -> list[str]:
     """Commit a report's ``files`` under ``dest`` with a manifest of their own.
 
-    Each file is written under a temporary name and renamed onto its own
+    Every path is checked first (a link refused before anything is written); then each
+    file is written under a temporary name and renamed onto its own
     (:func:`~pipeline.io.commit.write_small_file`: no link followed, a reader never sees
     half a file), then ``dest/_manifest.json`` names the files and the ``run_id`` they
     describe (the report in force), then the files the previous report's manifest named
@@ -165,6 +166,10 @@ def publish(dest: Location, files: dict[str, bytes], *, run_id: str | None = Non
     base = base or dest
     check_vakpipe_output(dest, also=(*REPORT_FILES, MANIFEST))
     previous = read_report_manifest(dest)
+    # Every path checked before the first write: a link found at the third file must not
+    # leave the first two replaced beside the previous report's manifest.
+    for name in (*files, MANIFEST):
+        base.check_inside(dest.join(name))
     written = []
     try:
         for name, data in files.items():
@@ -333,6 +338,8 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
         raise UsageError(f"--since {since} is after --until {until}")
     prices = load_prices(prices_path)
     run, usage = usage_run(out)
+    dest = report_dir or _default_dest(out)
+    run.check_apart(dest)  # before any work: a report never lands in the archive read
     requests = _optional(out, run, "requests")
     compaction = _optional(out, run, "compaction")
     source = InputRun.of(out.url, run.manifest)
@@ -380,7 +387,6 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
         timezone=timezone)
     prices.save_cache()  # the models priced: the next report need not import genai-prices
     parquet, csv = _table_bytes(grouped.table)
-    dest = report_dir or _default_dest(out)
     files = publish(dest, {COSTS_PARQUET: parquet, COSTS_CSV: csv,
                            REPORT_HTML: render(page).encode()},
                     run_id=run_id, source=out.url, base=out if report_dir is None else dest)

@@ -108,6 +108,9 @@ def dashboard_job(out: Location, *, html: Location | None = None,
     """
     try:
         runs = _runs(out)
+        dest = html or out.child(DASHBOARD_HTML)
+        for _, run in runs:  # the page never lands in an archive a night read
+            run.check_apart(dest)
         nights, sessions = [], None
         for label, run in runs:
             sessions = run.read("integrity/sessions")
@@ -136,7 +139,6 @@ def dashboard_job(out: Location, *, html: Location | None = None,
         top_waste=waste,
         saturation=saturation_by_model(requests) if requests is not None else None,
         packets=packets, prices=f"prices: {table.source}", unpriced=unpriced)
-    dest = html or out.child(DASHBOARD_HTML)
     write_file(dest, render_dashboard(page).encode("utf-8"))
     return DashboardOutcome(dest.url, nights, packets.sessions if packets else None,
                             packets.tokens_saved if packets else None, billed, wasted)

@@ -85,6 +85,8 @@ def export_otel(out: Location, *, endpoint: str | None = None, dest: Location | 
     if endpoint is not None:
         traces_url(endpoint)  # a malformed URL is refused before anything is read
     run, usage = usage_run(out)
+    if dest is not None:
+        run.check_apart(dest)  # the file never lands in the archive the run read
     source = InputRun.of(out.url, run.manifest)
     table = otel_table(in_window(usage, since, until), load_prices(prices))
     resource = {"vakpipe.run_id": source.run_id or ""}

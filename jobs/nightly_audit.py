@@ -404,7 +404,7 @@ def run_nightly(
     missing = [c for path, c in sorted(previous.items()) if path not in listed]
     changes["missing"] = len(missing)
     run = RunSummary(new_run_id(), root.url, target.url, len(listing.sessions),
-                     listing.total_bytes, listing.skipped)
+                     listing.total_bytes, listing.skipped, archive=root.absolute_url)
     run.manifest_extra = {"options": fingerprint, "date": day.isoformat(),
                           "baseline": baseline.url if baseline else None,
                           "rebaseline": rebaseline, "baseline_pinned": baseline_day is not None,

@@ -375,7 +375,8 @@ def run_nightly_tables(
     sticky = {p: c for p, (_, c) in full.items()}
     run_id = new_run_id()
     scratch = out.child(SCRATCH)
-    run = RunSummary(run_id, root.url, out.url, n_listed, listed_bytes, listed.skipped)
+    run = RunSummary(run_id, root.url, out.url, n_listed, listed_bytes, listed.skipped,
+                     archive=root.absolute_url)
     run.manifest_extra = {"options": fingerprint, "date": day.isoformat()}
     summary = NightlySummary(run, day, f"{out.url} night {base[NIGHT]} (run {base['run_id']})"
                              if base else None, changes,

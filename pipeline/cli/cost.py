@@ -18,7 +18,7 @@ from pipeline.cli._options import (
 )
 from pipeline.cli._output import JsonDocument, json_option, json_output
 from pipeline.errors import UsageError
-from pipeline.io.storage import parse_storage_options, resolve
+from pipeline.io.storage import check_output, parse_storage_options, resolve
 
 #: The audit's options that change what runs, which only ``--out`` (an archive audited
 #: first) uses. The reporter's (--progress, --heartbeat, --log-format) are accepted
@@ -152,6 +152,8 @@ def _cost(doc: JsonDocument, source: str, run_out: str | None, since: datetime |
             raise UsageError(f"{source} is a run's output, not an archive: price it with "
                              f"`vakpipe cost {source}` (--out is for an archive)")
         out = resolve(run_out, options)
+        if report_dir:  # refused before the audit, not after it (cost_job checks too)
+            check_output(resolve(source, options), resolve(report_dir, options))
         summary = audit_job(resolve(source, options), out, scheduler=audit.scheduler,
                             workers=audit.workers, progress=audit.progress,
                             max_line_bytes=audit.max_line_bytes)

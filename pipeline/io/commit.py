@@ -46,12 +46,14 @@ from pipeline.errors import (
     PipelineError,
     RunReplacedError,
     UnsafeOutputError,
+    UsageError,
 )
 from pipeline.io.archive import ARCHIVE
 from pipeline.io.storage import (
     Location,
     check_output,
     printable,
+    resolve,
     storage_error,
     storage_errors,
     unsafe_segment,
@@ -766,6 +768,29 @@ class CommittedRun:
             raise RunReplacedError(
                 f"{self.location.url}: run {self.manifest.get('run_id')} was replaced by a "
                 f"newer commit while it was read ({dataset}); read it again") from err
+
+
+    def check_apart(self, dest: Location) -> None:
+        """Refuse ``dest``, where a reader of this run writes (a cost report, a dashboard,
+        an export), when it overlaps the archive the run read: its manifest's
+        ``archive`` (the root as a URL that names it from any folder), or for a run
+        older than that field its ``root`` as given (a relative local root then read
+        against the folder this command runs in). The reader itself never reads the
+        archive; what it writes must not land there all the same.
+
+        Raises
+        ------
+        OutputInsideArchiveError
+            ``dest`` lies inside the archive, or the archive inside ``dest``.
+        """
+        root = self.manifest.get("archive") or self.manifest.get("root")
+        if not isinstance(root, str) or not root.strip():
+            return
+        try:
+            archive = resolve(root, self.location.storage_options)
+        except UsageError:
+            return  # a storage this process cannot reach: nothing can be written there
+        check_output(archive, dest)
 
 
 def open_run(out: Location) -> CommittedRun | None:

@@ -315,5 +315,5 @@ def nightly_manifest(out: Location) -> tuple[Location, dict[str, Any]] | None:
     versions = json.loads(last["versions"])
     return base, {
         **(summary if isinstance(summary, dict) else {}), "run_id": last["run_id"],
-        "night": last[NIGHT],
+        "night": last[NIGHT], "root": last["root"],
         "datasets": {name: {"files": [], "version": v} for name, v in versions.items()}}

@@ -158,6 +158,12 @@ class Location:
         if self.protocol not in OBJECT_STORES:
             self.filesystem().makedirs(path, exist_ok=True)
 
+    @property
+    def absolute_url(self) -> str:
+        """A URL of this location that names it from anywhere: a local path's absolute
+        ``file://`` URL (``url`` may be relative to the folder the command ran in)."""
+        return f"file://{self.path}" if self.protocol == "file" else self.url
+
     def join(self, *parts: str) -> str:
         """Filesystem path of ``parts`` below this location."""
         return "/".join([self.path.rstrip("/"), *parts])

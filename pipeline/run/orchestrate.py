@@ -507,6 +507,10 @@ class RunSummary:
     #: Sessions by storage (``jsonl``, ``segments``) and segment ledgers by content
     #: (``segments:plain``, ``segments:opened``, ``segments:sealed``; docs/segments.md).
     storages: Counter[str] = field(default_factory=Counter)
+    #: The archive read, as a URL that names it from any folder
+    #: (:attr:`~pipeline.io.storage.Location.absolute_url`; ``root`` is as given): the
+    #: readers of the run keep what they write out of it (``CommittedRun.check_apart``).
+    archive: str = ""
 
     def note(self, result: ShippedResult) -> None:
         """Add what a task's result says (:func:`ship`) to the run's counts, and keep
@@ -536,6 +540,7 @@ class RunSummary:
         read are the ``session_path`` of their findings."""
         return {
             "root": self.root,
+            **({"archive": self.archive} if self.archive else {}),
             "sessions": self.sessions,
             "bytes": self.bytes,
             "skipped_objects": self.skipped_objects,
@@ -818,7 +823,7 @@ def run_audit(
     if sessions is not None:
         listing = select_sessions(listing, sessions, root.url)
     summary = RunSummary(new_run_id(), root.url, out.url, len(listing.sessions),
-                         listing.total_bytes, listing.skipped)
+                         listing.total_bytes, listing.skipped, archive=root.absolute_url)
     return execute_run(root, out, listing, summary, scheduler=scheduler, workers=workers,
                        progress=progress, replay=replay, in_process=in_process,
                        max_line_bytes=max_line_bytes)

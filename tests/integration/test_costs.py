@@ -433,3 +433,60 @@ def test_cost_report_on_s3(audited: Path, s3: LocalS3,
         "_manifest.json", "costs.csv", "costs.parquet", "report.html"]
     table = pq.read_table(io.BytesIO(fs.cat_file(f"{BUCKET}/out/cost/costs.parquet")))
     assert table.column_names[0] == "model"
+
+
+def test_a_report_with_a_link_among_its_files_writes_none_of_them(tmp_path: Path) -> None:
+    """Every path of a report is checked before its first file is written: a link where
+    its second file goes leaves the first untouched (no new file beside the previous
+    report's manifest), and nothing is written through the link."""
+    from jobs.cost_report import COSTS_CSV, COSTS_PARQUET, publish
+    from pipeline.errors import UnsafeOutputError
+
+    out = tmp_path / "out"
+    (out / "cost").mkdir(parents=True)
+    outside = tmp_path / "outside.csv"
+    outside.write_bytes(b"keep")
+    (out / "cost" / COSTS_CSV).symlink_to(outside)
+    with pytest.raises(UnsafeOutputError, match="symbolic link"):
+        publish(resolve(str(out / "cost")), {COSTS_PARQUET: b"new", COSTS_CSV: b"new"},
+                base=resolve(str(out)))
+    assert sorted(p.name for p in (out / "cost").iterdir()) == [COSTS_CSV]
+    assert outside.read_bytes() == b"keep"
+
+
+@pytest.mark.parametrize("command", [
+    ["cost", "OUT", "--report-dir", "ARCHIVE/report"],
+    ["dashboard", "OUT", "--html", "ARCHIVE/page.html"],
+    ["export", "otel", "OUT", "--file", "ARCHIVE/spans.json"],
+])
+def test_what_a_reader_of_a_run_writes_never_lands_in_the_archive_it_read(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A report, page or export aimed into the archive the run read is refused (exit 2,
+    one line), from any folder: the run was audited with a relative root from another
+    one, and its manifest keeps the archive's absolute URL."""
+    work = tmp_path / "work"
+    write_fleet(resolve(str(work / "ARCHIVE")), sessions=2, seed=5, size_scale=0.2)
+    monkeypatch.chdir(work)
+    assert run(["audit", "ARCHIVE", "--out", "OUT", "--workers", "0", "--no-progress"]) \
+        == EXIT_OK
+    before = sorted(p.relative_to(work) for p in (work / "ARCHIVE").rglob("*"))
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    argv = [f"work/{a}" if a.startswith(("OUT", "ARCHIVE")) else a for a in command]
+    assert run(argv) == EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "inside the archive" in err, err
+    assert sorted(p.relative_to(work) for p in (work / "ARCHIVE").rglob("*")) == before
+
+
+def test_the_one_step_cost_refuses_a_report_in_the_archive_before_auditing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    archive = tmp_path / "archive"
+    write_fleet(resolve(str(archive)), sessions=2, seed=5, size_scale=0.2)
+    assert run(["cost", str(archive), "--out", str(tmp_path / "out"), "--report-dir",
+                str(archive / "report"), "--workers", "0"]) == EXIT_UNUSABLE
+    assert "inside the archive" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (archive / "report").exists()
