@@ -30,6 +30,11 @@ class RunReplacedError(StorageError):
     file its manifest names is gone): read it again."""
 
 
+class CorruptTableError(PipelineError, ValueError):
+    """A table of a committed run does not read as the Parquet its manifest names (a
+    part cut short, overwritten, or of another schema)."""
+
+
 class EmptyInputError(PipelineError, FileNotFoundError):
     """The root holds no session ledger at all."""
 

@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 from pipeline.errors import (
     CommitError,
     CorruptManifestError,
+    CorruptTableError,
     PipelineError,
     RunReplacedError,
     UnsafeOutputError,
@@ -748,6 +749,8 @@ class CommittedRun:
         RunReplacedError
             A file the manifest names is gone: a newer commit replaced the run while it
             was read (its clean-up deletes the older run's files).
+        CorruptTableError
+            A file the manifest names is not the Parquet it should be.
         """
         entry = self.datasets.get(dataset)
         if entry is None:
@@ -768,6 +771,11 @@ class CommittedRun:
             raise RunReplacedError(
                 f"{self.location.url}: run {self.manifest.get('run_id')} was replaced by a "
                 f"newer commit while it was read ({dataset}); read it again") from err
+        except pa.ArrowException as err:  # before OSError: ArrowIOError is one too
+            text = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise CorruptTableError(
+                f"{self.location.url}: its {dataset} table is damaged ({printable(text, 200)});"
+                " write the run again (the audit that wrote it)") from err
 
 
     def check_apart(self, dest: Location) -> None:

@@ -27,6 +27,7 @@ import pipeline.run.orchestrate as orchestrate
 from pipeline.errors import (
     CommitError,
     CorruptManifestError,
+    CorruptTableError,
     OutputInsideArchiveError,
     RunReplacedError,
     UnsafeOutputError,
@@ -436,6 +437,17 @@ def test_a_run_is_read_as_of_the_manifest_it_was_opened_with(where: Places) -> N
     with pytest.raises(FileNotFoundError, match="no committed dataset 'nothing'"):
         run.read("nothing")
     assert open_run(out).read(SESSIONS)["session_path"].to_pylist() == ["b"]  # type: ignore[union-attr]
+
+
+def test_a_damaged_part_of_a_run_is_one_error_naming_its_table(where: Places) -> None:
+    out = where.out
+    staged(out, "first", {0: ["a"]}).commit({})
+    run = open_run(out)
+    assert run is not None
+    part = out.join(SESSIONS, run.datasets[SESSIONS]["files"][0])
+    out.filesystem().pipe_file(part, b"PAR1 cut short")
+    with pytest.raises(CorruptTableError, match="its integrity/sessions table is damaged"):
+        run.read(SESSIONS)
 
 
 # --- run_audit over a memory archive, committing to local or S3 ---------------------------

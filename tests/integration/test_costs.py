@@ -490,3 +490,21 @@ def test_the_one_step_cost_refuses_a_report_in_the_archive_before_auditing(
                 str(archive / "report"), "--workers", "0"]) == EXIT_UNUSABLE
     assert "inside the archive" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not (archive / "report").exists()
+
+
+@pytest.mark.parametrize("command", [["cost", "OUT"], ["dashboard", "OUT"],
+                                     ["export", "otel", "OUT", "--file", "spans.json"]])
+def test_a_damaged_table_of_the_run_is_one_line(
+    command: list[str], audited: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "OUT"
+    shutil.copytree(audited, out)
+    for part in [*(out / "usage").glob("*.parquet"),
+                 *(out / "integrity" / "sessions").glob("*.parquet")]:
+        part.write_bytes(part.read_bytes()[:100])
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert run(command) == EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "table is damaged" in err, err
