@@ -750,7 +750,8 @@ class CommittedRun:
             A file the manifest names is gone: a newer commit replaced the run while it
             was read (its clean-up deletes the older run's files).
         CorruptTableError
-            A file the manifest names is not the Parquet it should be.
+            A file the manifest names is not the Parquet it should be, or is gone while
+            the run is still the one in force (deleted by hand).
         """
         entry = self.datasets.get(dataset)
         if entry is None:
@@ -768,6 +769,12 @@ class CommittedRun:
                 pq.read_table(self.location.join(dataset, name), filesystem=fs)
                 for name in entry["files"]])
         except FileNotFoundError as err:
+            if "version" not in entry and _run_id(read_manifest(self.location)) \
+                    == _run_id(self.manifest):
+                raise CorruptTableError(
+                    f"{self.location.url}: its {dataset} table is damaged (a file its "
+                    f"manifest names is gone: {printable(str(err), 200)}); write the run "
+                    "again (the audit that wrote it)") from err
             raise RunReplacedError(
                 f"{self.location.url}: run {self.manifest.get('run_id')} was replaced by a "
                 f"newer commit while it was read ({dataset}); read it again") from err
@@ -799,6 +806,10 @@ class CommittedRun:
         except UsageError:
             return  # a storage this process cannot reach: nothing can be written there
         check_output(archive, dest)
+
+
+def _run_id(manifest: dict[str, Any] | None) -> Any:
+    return None if manifest is None else manifest.get("run_id")
 
 
 def open_run(out: Location) -> CommittedRun | None:

@@ -639,3 +639,13 @@ def test_check_output_resolves_every_path_written(tmp_path: Path) -> None:
         with pytest.raises(OutputInsideArchiveError, match="overlaps the archive"):
             check_output(root, loc, [loc.join(*name.split("/"))])
     check_output(root, loc, [loc.join("integrity", "sessions")])
+
+
+def test_a_part_deleted_by_hand_is_a_damaged_table_not_a_replaced_run(where: Places) -> None:
+    out = where.out
+    staged(out, "first", {0: ["a"]}).commit({})
+    run = open_run(out)
+    assert run is not None
+    out.filesystem().rm_file(out.join(SESSIONS, run.datasets[SESSIONS]["files"][0]))
+    with pytest.raises(CorruptTableError, match="a file its manifest names is gone"):
+        run.read(SESSIONS)
