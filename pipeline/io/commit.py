@@ -47,14 +47,13 @@ from pipeline.errors import (
     PipelineError,
     RunReplacedError,
     UnsafeOutputError,
-    UsageError,
 )
 from pipeline.io.archive import ARCHIVE
 from pipeline.io.storage import (
     Location,
     check_output,
+    locate,
     printable,
-    resolve,
     storage_error,
     storage_errors,
     unsafe_segment,
@@ -801,11 +800,9 @@ class CommittedRun:
         root = self.manifest.get("archive") or self.manifest.get("root")
         if not isinstance(root, str) or not root.strip():
             return
-        try:
-            archive = resolve(root, self.location.storage_options)
-        except UsageError:
-            return  # a storage this process cannot reach: nothing can be written there
-        check_output(archive, dest)
+        archive = locate(root)
+        if archive is not None:  # else a storage this process has no filesystem for
+            check_output(archive, dest)
 
 
 def _run_id(manifest: dict[str, Any] | None) -> Any:

@@ -21,7 +21,7 @@ from typing import Any
 
 import fsspec
 import fsspec.compression
-from fsspec.core import url_to_fs
+from fsspec.core import split_protocol, url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from pipeline.errors import (
@@ -224,12 +224,24 @@ class Location:
                     "choose another --out")
 
 
+#: A password in a URL's user part (``ftp://user:password@host/…``).
+_PASSWORD = re.compile(r"\A([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*):[^/@]*@")
+
+
+def shown_url(url: str) -> str:
+    """``url`` with a password in its user part masked (``ftp://user:***@host/x``): the
+    form every message, summary and manifest shows."""
+    return _PASSWORD.sub(r"\1:***@", url)
+
+
 def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location:
     """Resolve ``url`` (``s3://``, ``file://``, ``memory://``, a plain path, ...).
 
     S3 gets bounded timeouts and retries unless the caller overrides them; endpoint,
     region and credentials come from the standard AWS environment
-    (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ...) as botocore reads it.
+    (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ...) as botocore reads it. A password in the
+    URL's user part goes to the filesystem (fsspec moves it to its options) and never
+    into :attr:`Location.url`, which messages and manifests show (:func:`shown_url`).
     """
     if not url.strip():
         # fsspec reads "" as the current folder: an unset variable in a script
@@ -237,10 +249,16 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
         # command ran in.
         raise UsageError("empty location (''): give a folder or a URL")
     options = dict(storage_options or {})
+    shown = shown_url(url)
     try:
         fs, path = url_to_fs(url, **options)
     except (ImportError, ValueError) as err:
-        raise UsageError(f"cannot use {url!r}: {err}") from err
+        raise UsageError(f"cannot use {shown!r}: {err}") from err
+    except Exception as err:
+        # Some filesystems connect as they are made (ftp, sftp): whatever their client
+        # raises (ConnectionRefusedError, ftplib's and paramiko's own errors), one line.
+        raise StorageError(f"{shown}: storage unreachable or refused: "
+                           f"{type(err).__name__}: {printable(str(err), 160)}") from err
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     if protocol in ("s3", "s3a"):
         protocol = "s3"
@@ -250,7 +268,23 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
             options["profile"] = os.environ["AWS_PROFILE"]
     if protocol == "file":
         path = os.path.abspath(path)
-    return Location(url, protocol, path.rstrip("/") or "/", options, keys=_KEYS[0])
+    return Location(shown, protocol, path.rstrip("/") or "/", options, keys=_KEYS[0])
+
+
+def locate(url: str) -> Location | None:
+    """``url``'s storage and path, for comparing locations only (:func:`check_output`):
+    no filesystem is made, so nothing connects (an ftp URL's :func:`resolve` would);
+    ``None`` when no installed filesystem has its protocol."""
+    try:
+        cls = fsspec.get_filesystem_class(split_protocol(url)[0] or "file")
+    except (ImportError, ValueError):
+        return None
+    protocol = cls.protocol if isinstance(cls.protocol, str) else cls.protocol[0]
+    protocol = "s3" if protocol == "s3a" else protocol
+    path = cls._strip_protocol(url)
+    if protocol == "file":
+        path = os.path.abspath(path)
+    return Location(shown_url(url), protocol, path.rstrip("/") or "/")
 
 
 #: The key provider of this process's command (``--keys``), attached to every location

@@ -288,6 +288,35 @@ def test_generate_into_a_missing_bucket(s3: LocalS3) -> None:
 
 
 @pytest.mark.slow
+def test_a_password_in_the_root_url_is_never_written_or_printed(tmp_path: Path) -> None:
+    """An archive served over HTTP, its URL holding a user and password: audited, and
+    neither the summary nor anything under OUT holds the password."""
+    import functools
+    import http.server
+    import threading
+
+    write_fleet(resolve(str(tmp_path / "served" / "fleet")), sessions=2, seed=3,
+                size_scale=0.2)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler,
+                                directory=str(tmp_path / "served"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://alice:hunter2@127.0.0.1:{server.server_address[1]}/fleet/"
+        out = tmp_path / "out"
+        result = CliRunner().invoke(main, ["audit", url, "--out", str(out), "--workers",
+                                           "0", "--no-progress", "--json"])
+    finally:
+        server.shutdown()
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert json.loads(result.stdout)["sessions"] == 2
+    assert "hunter2" not in result.stdout + result.stderr
+    assert "alice:***@" in result.stdout
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert b"hunter2" not in path.read_bytes(), path
+
+
 def test_storage_options_instead_of_environment(s3: LocalS3, tmp_path: Path) -> None:
     """Endpoint and credentials given as ``--storage-option`` only, none in the env."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}

@@ -28,9 +28,11 @@ from pipeline.io.storage import (
     Location,
     check_output,
     enumerate_sessions,
+    locate,
     open_lines,
     parse_storage_options,
     resolve,
+    shown_url,
     storage_error,
 )
 from pipeline.ledger.layout import session_path
@@ -116,6 +118,39 @@ def test_resolve_refuses_an_empty_location(url: str) -> None:
     # audit, or write beside, whatever folder the command ran in.
     with pytest.raises(UsageError, match="empty location"):
         resolve(url)
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("ftp://alice:hunter2@host:21/x", "ftp://alice:***@host:21/x"),
+    ("https://bob:p%40ss@host/a/b", "https://bob:***@host/a/b"),
+    ("https://token@host/a", "https://token@host/a"),  # a user alone is no secret
+    ("s3://bucket/a:b@c", "s3://bucket/a:b@c"),  # an @ in the path is a key's own
+    ("/tmp/a:b@c", "/tmp/a:b@c"),
+])
+def test_a_password_in_a_url_is_never_shown(url: str, shown: str) -> None:
+    assert shown_url(url) == shown
+
+
+def test_a_filesystem_that_fails_as_it_is_made_is_one_error_without_the_password() -> None:
+    # ftp connects as its filesystem is made: nothing listens on this port.
+    url = f"ftp://alice:hunter2@127.0.0.1:{free_port()}/x"
+    with pytest.raises(StorageError, match="storage unreachable or refused") as err:
+        resolve(url)
+    assert "hunter2" not in str(err.value) and "alice:***@" in str(err.value)
+
+
+@pytest.mark.parametrize("url", ["fleet", "s3://b/x/", "memory://a/b", "file:///tmp/x",
+                                 "/tmp/a b/c"])
+def test_locate_is_where_resolve_would_point(url: str) -> None:
+    located, resolved = locate(url), resolve(url)
+    assert located is not None
+    assert (located.protocol, located.path) == (resolved.protocol, resolved.path)
+
+
+def test_locate_connects_to_nothing() -> None:
+    located = locate(f"ftp://alice:hunter2@127.0.0.1:{free_port()}/x")  # nothing listens
+    assert located is not None and "hunter2" not in located.url
+    assert locate("nosuchproto://x") is None
 
 
 def test_location_picklable_and_contains() -> None:
