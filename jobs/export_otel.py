@@ -23,7 +23,7 @@ from pipeline.costs.report import in_window
 from pipeline.errors import UsageError
 from pipeline.io.files import write_file
 from pipeline.io.otel import otlp_json, send_otlp, traces_url, write_parquet
-from pipeline.io.storage import Location
+from pipeline.io.storage import Location, shown_url
 from pipeline.tables.partial import InputRun
 
 #: The ``--json`` document's schema (docs/otel.md).
@@ -95,7 +95,7 @@ def export_otel(out: Location, *, endpoint: str | None = None, dest: Location | 
                                  or 0)
     if endpoint is not None:
         send_otlp(table, endpoint, headers=headers, timeout=timeout, resource=resource)
-        kind, where = "otlp-http", traces_url(endpoint)
+        kind, where = "otlp-http", shown_url(traces_url(endpoint))
     else:
         assert dest is not None
         if dest.path.endswith(".parquet"):

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from pipeline.costs.otel import SCHEMA_URL
 from pipeline.errors import TelemetryExportError, UsageError
 from pipeline.io.files import write_file
-from pipeline.io.storage import Location, printable
+from pipeline.io.storage import Location, printable, shown_url
 
 __all__ = ["BATCH", "otlp_json", "send_otlp", "spans", "traces_url", "write_parquet"]
 
@@ -157,7 +157,7 @@ def traces_url(endpoint: str) -> str:
     """
     parts = urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UsageError(f"--endpoint {printable(endpoint)!r}: not an http(s) URL")
+        raise UsageError(f"--endpoint {printable(shown_url(endpoint))!r}: not an http(s) URL")
     path = parts.path if parts.path not in ("", "/") else "/v1/traces"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
@@ -221,7 +221,7 @@ def send_otlp(table: pa.Table, endpoint: str, *, headers: Mapping[str, str] | No
                 part = spans(table.slice(start, batch), resource)
                 if exporter.export(part) is not SpanExportResult.SUCCESS:
                     raise TelemetryExportError(
-                        f"OTLP endpoint {printable(url)} did not take the spans "
+                        f"OTLP endpoint {printable(shown_url(url))} did not take the spans "
                         f"({sent:,} of {table.num_rows:,} delivered before): unreachable, "
                         "or it answered an error status")
                 sent += len(part)

@@ -165,6 +165,12 @@ def test_a_refusing_or_dead_endpoint_is_one_line_and_exit_2(
         == EXIT_UNUSABLE
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "did not take the spans" in err[0], err
+    # A password in the endpoint's URL is never printed.
+    assert run(["export", "otel", str(audited), "--endpoint",
+                dead.replace("http://", "http://user:hunter2@"), "--timeout", "1"]) \
+        == EXIT_UNUSABLE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "user:***@" in err[0] and "hunter2" not in err[0], err
     for bad in (["--endpoint", "ftp://x"], [], ["--endpoint", dead, "--file", "x.json"]):
         assert run(["export", "otel", str(audited), *bad]) == EXIT_UNUSABLE
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
