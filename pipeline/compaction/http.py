@@ -80,7 +80,8 @@ def endpoint_url(url: str) -> str:
     except ValueError as err:  # urllib3's LocationParseError is a ValueError
         raise UsageError(f"bad summariser URL {url!r}: {err}") from err
     if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise UsageError(f"bad summariser URL {url!r}: http(s)://host[:port][/path] expected")
+        raise UsageError(f"bad summariser URL {_shown(url)!r}: http(s)://host[:port][/path] "
+                         "expected")
     path = (parsed.path or "").rstrip("/")
     if not path.endswith(ENDPOINT_PATH):
         path += ENDPOINT_PATH

@@ -92,6 +92,9 @@ def test_url_given_as_the_endpoint_is_used_as_is(server: Server) -> None:
     for bad in ("ftp://h/v1", "not a url", "http:///v1"):
         with pytest.raises(UsageError):
             HttpSummariser(bad, "m")
+    with pytest.raises(UsageError) as err:  # the refusal does not print the password
+        HttpSummariser("ftp://user:hunter2@h/v1", "m")
+    assert "hunter2" not in str(err.value)
 
 
 def test_503_then_success_is_retried_with_backoff(server: Server) -> None:
