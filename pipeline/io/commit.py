@@ -761,8 +761,8 @@ class CommittedRun:
 
                 return read_version(self.location, dataset, int(entry["version"]))
             fs = self.location.filesystem()
-            # The manifest is read fresh; a listing cached by this process before another
-            # one committed would not know its files.
+            # A listing this process cached before the run committed would not know its
+            # files.
             fs.invalidate_cache(self.location.join(dataset))
             return pa.concat_tables([
                 pq.read_table(self.location.join(dataset, name), filesystem=fs)
@@ -777,12 +777,11 @@ class CommittedRun:
             raise RunReplacedError(
                 f"{self.location.url}: run {self.manifest.get('run_id')} was replaced by a "
                 f"newer commit while it was read ({dataset}); read it again") from err
-        except pa.ArrowException as err:  # before OSError: ArrowIOError is one too
+        except pa.ArrowException as err:  # not a storage failure (OSError): the bytes
             text = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise CorruptTableError(
                 f"{self.location.url}: its {dataset} table is damaged ({printable(text, 200)});"
                 " write the run again (the audit that wrote it)") from err
-
 
     def check_apart(self, dest: Location) -> None:
         """Refuse ``dest``, where a reader of this run writes (a cost report, a dashboard,
