@@ -16,6 +16,8 @@ import click
 import pyarrow as pa
 
 from pipeline.costs.dashboard import (
+    FINDING_COLUMNS,
+    SESSION_COLUMNS,
     DashboardPage,
     Night,
     cost_by_project_day,
@@ -113,8 +115,10 @@ def dashboard_job(out: Location, *, html: Location | None = None,
             run.check_apart(dest)
         nights, sessions = [], None
         for label, run in runs:
-            sessions = run.read("integrity/sessions")
-            nights.append(night_of(label, sessions, run.read("integrity/findings"),
+            # Only what the page shows: a year of nights is 365 tables of each.
+            sessions = run.read("integrity/sessions", SESSION_COLUMNS)
+            nights.append(night_of(label, sessions,
+                                   run.read("integrity/findings", FINDING_COLUMNS),
                                    partial=InputRun.of(run.location.url, run.manifest).partial))
         _, newest = runs[-1]
         usage = _optional(newest, "usage")

@@ -83,6 +83,12 @@ class DashboardPage:
     unpriced: list[str] = field(default_factory=list)
 
 
+#: The columns of a night's ``integrity/sessions`` and ``integrity/findings`` the page
+#: reads (:func:`night_of`, :func:`cost_by_project_day`): a reader need read no other.
+SESSION_COLUMNS = ["session_path", "agent", "cwd_hash"]
+FINDING_COLUMNS = ["severity", "code"]
+
+
 def night_of(label: str, sessions: pa.Table, findings: pa.Table, *,
              partial: bool = False) -> Night:
     """A night's figures from its ``integrity/sessions`` and ``integrity/findings``."""

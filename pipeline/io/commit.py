@@ -737,9 +737,9 @@ class CommittedRun:
         found = self.manifest.get("datasets")
         return found if isinstance(found, dict) else {}
 
-    def read(self, dataset: str) -> pa.Table:
-        """The run's ``dataset``: exactly the files (or the Delta version) its manifest
-        names.
+    def read(self, dataset: str, columns: list[str] | None = None) -> pa.Table:
+        """The run's ``dataset`` (only ``columns``, when given): exactly the files (or the
+        Delta version) its manifest names.
 
         Raises
         ------
@@ -759,13 +759,14 @@ class CommittedRun:
             if "version" in entry:
                 from pipeline.io.delta import read_version  # see open_run
 
-                return read_version(self.location, dataset, int(entry["version"]))
+                return read_version(self.location, dataset, int(entry["version"]), columns)
             fs = self.location.filesystem()
             # A listing this process cached before the run committed would not know its
             # files.
             fs.invalidate_cache(self.location.join(dataset))
             return pa.concat_tables([
-                pq.read_table(self.location.join(dataset, name), filesystem=fs)
+                pq.read_table(self.location.join(dataset, name), columns=columns,
+                              filesystem=fs)
                 for name in entry["files"]])
         except FileNotFoundError as err:
             if "version" not in entry and _run_id(read_manifest(self.location)) \

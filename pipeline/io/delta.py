@@ -267,12 +267,14 @@ def read_night(out: Location, dataset: str, night: date | None = None) -> pa.Tab
     return read_version(out, dataset, version)
 
 
-def read_version(out: Location, dataset: str, version: int) -> pa.Table:
-    """State table ``dataset`` at ``version`` (:func:`read_night`)."""
+def read_version(out: Location, dataset: str, version: int,
+                 columns: list[str] | None = None) -> pa.Table:
+    """State table ``dataset`` at ``version`` (:func:`read_night`), only ``columns`` when
+    given."""
     data = Tables(out).dataset(dataset, version)
     if data is None:
         raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")
-    table = data.to_table()
+    table = data.to_table(columns=columns)
     table = table.drop_columns([c for c in (NIGHT, CREATED) if c in table.column_names])
     # Back to the nanoseconds every other vakpipe output has.
     return table.cast(pa.schema([
