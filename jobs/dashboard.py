@@ -20,6 +20,7 @@ from pipeline.costs.dashboard import (
     SESSION_COLUMNS,
     DashboardPage,
     Night,
+    by_day_and_session,
     cost_by_project_day,
     night_of,
     packet_savings,
@@ -28,7 +29,7 @@ from pipeline.costs.dashboard import (
     top_waste,
 )
 from pipeline.costs.pricing import load_prices
-from pipeline.costs.report import drop_copies, price_usage, unknown_lines
+from pipeline.costs.report import drop_copies, unknown_lines
 from pipeline.errors import UsageError
 from pipeline.io.commit import CommittedRun, committed_partitions, open_run, read_manifest
 from pipeline.io.delta import NIGHT, NIGHTS, Tables, table_exists
@@ -131,9 +132,9 @@ def dashboard_job(out: Location, *, html: Location | None = None,
     if usage is not None:
         # Priced as `vakpipe cost` prices it: a request several files hold, once.
         usage, _ = drop_copies(usage)
-        cost = cost_by_project_day(usage, sessions, table)
-        waste = top_waste(usage, table)
-        totals = price_usage(usage, table)
+        totals = by_day_and_session(usage, table)
+        cost = cost_by_project_day(totals.table, sessions)
+        waste = top_waste(totals.table)
         unpriced = unknown_lines(totals.unknown)
         billed, wasted = float(totals.totals["billed"].total), \
             float(totals.totals["wasted"].total)

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from pipeline.costs.html import PAGE_CSS, SPLIT_COLOURS, Charts, html_table, model_colours
 from pipeline.costs.pricing import PriceTable
-from pipeline.costs.report import price_usage
+from pipeline.costs.report import CostReport, price_usage
 
 __all__ = ["HISTORY_CODES", "SATURATION_BANDS", "DashboardPage", "Night", "PacketSavings",
            "cost_by_project_day", "night_of", "packet_savings", "render_dashboard",
@@ -109,11 +109,17 @@ def _projects(sessions: pa.Table) -> dict[str, str]:
     return out
 
 
-def cost_by_project_day(usage: pa.Table, sessions: pa.Table, prices: PriceTable
-                        ) -> list[dict[str, Any]]:
+def by_day_and_session(usage: pa.Table, prices: PriceTable) -> CostReport:
+    """``usage`` priced by day and session: what :func:`cost_by_project_day` and
+    :func:`top_waste` sum up, and the page's totals (exact, whatever the grouping), from
+    one pricing pass."""
+    return price_usage(usage, prices, ["day", "session"])
+
+
+def cost_by_project_day(per: pa.Table, sessions: pa.Table) -> list[dict[str, Any]]:
     """Billed, effective and wasted dollars by project and day (a subagent's usage under
-    its parent session's project), sorted by day then project."""
-    per = price_usage(usage, prices, ["day", "session"]).table
+    its parent session's project), sorted by day then project; ``per`` is the cost table
+    of :func:`by_day_and_session`."""
     projects = _projects(sessions)
     sums: dict[tuple[str, str], dict[str, Any]] = {}
     for r in per.select(["day", "session_path", "billed_usd", "effective_usd",
@@ -128,10 +134,18 @@ def cost_by_project_day(usage: pa.Table, sessions: pa.Table, prices: PriceTable
     return [sums[k] for k in sorted(sums)]
 
 
-def top_waste(usage: pa.Table, prices: PriceTable, n: int = TOP) -> list[dict[str, Any]]:
-    """The ``n`` sessions with the most wasted dollars (abandoned branches, retries)."""
-    per = price_usage(usage, prices, ["session"]).table
-    rows = [r for r in per.to_pylist() if (r["wasted_usd"] or 0) > 0 or r["wasted_tokens"]]
+#: What :func:`top_waste` shows of a session, summed over its days.
+_WASTE_COLUMNS = ["wasted_usd", "wasted_tokens", "wasted_abandoned_usd", "wasted_retry_usd",
+                  "billed_usd"]
+
+
+def top_waste(per: pa.Table, n: int = TOP) -> list[dict[str, Any]]:
+    """The ``n`` sessions with the most wasted dollars (abandoned branches, retries);
+    ``per`` is the cost table of :func:`by_day_and_session`."""
+    sums = per.group_by("session_path", use_threads=False).aggregate(
+        [(c, "sum") for c in _WASTE_COLUMNS]).rename_columns(
+        ["session_path", *_WASTE_COLUMNS])
+    rows = [r for r in sums.to_pylist() if (r["wasted_usd"] or 0) > 0 or r["wasted_tokens"]]
     rows.sort(key=lambda r: (-r["wasted_usd"], -r["wasted_tokens"], r["session_path"]))
     return [{"session": r["session_path"], "wasted_usd": r["wasted_usd"],
              "wasted_tokens": r["wasted_tokens"],

@@ -11,6 +11,7 @@ import pyarrow as pa
 from pipeline.costs.dashboard import (
     DashboardPage,
     Night,
+    by_day_and_session,
     cost_by_project_day,
     night_of,
     packet_savings,
@@ -71,12 +72,13 @@ def test_cost_goes_to_the_project_a_subagent_under_its_parent() -> None:
                    usage_row("p1/a/subagents/agent-1.jsonl", 1, parent="p1/a.jsonl"),
                    usage_row("agents/vak/sessions/abc/b.jsonl", 2, waste="retry"),
                    usage_row("agents/vak/sessions/abc/b.jsonl", 3, day=1)], USAGE_SCHEMA)
-    rows = cost_by_project_day(usage, sessions, PRICES)
+    per = by_day_and_session(usage, PRICES).table
+    rows = cost_by_project_day(per, sessions)
     got = {(r["day"], r["project"]): (r["billed_usd"], r["wasted_usd"]) for r in rows}
     first, second = sorted({r["day"] for r in rows})
     assert got == {(first, "claude-code: -home-x-proj"): (2.0, 0.0),
                    (first, "vak: abc"): (1.0, 1.0), (second, "vak: abc"): (1.0, 0.0)}
-    top = top_waste(usage, PRICES)
+    top = top_waste(per)
     assert [(r["session"], r["wasted_usd"]) for r in top] == \
         [("agents/vak/sessions/abc/b.jsonl", 1.0)]
 
