@@ -259,16 +259,23 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
         # raises (ConnectionRefusedError, ftplib's and paramiko's own errors), one line.
         raise StorageError(f"{shown}: storage unreachable or refused: "
                            f"{type(err).__name__}: {printable(str(err), 160)}") from err
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    if protocol in ("s3", "s3a"):
-        protocol = "s3"
+    protocol, path = _canonical(fs.protocol, path)
+    if protocol == "s3":
         # Merged key by key: overriding one retry setting keeps the bounded timeouts.
         options = _with_defaults(options, _S3_DEFAULTS)
         if os.environ.get("AWS_PROFILE") and "profile" not in options:
             options["profile"] = os.environ["AWS_PROFILE"]
+    return Location(shown, protocol, path, options, keys=_KEYS[0])
+
+
+def _canonical(protocols: str | tuple[str, ...], path: str) -> tuple[str, str]:
+    """A filesystem's first protocol name (``s3`` for s3a) and ``path`` as
+    :class:`Location` keeps it (a local one absolute; no trailing ``/``)."""
+    protocol = protocols if isinstance(protocols, str) else protocols[0]
+    protocol = "s3" if protocol == "s3a" else protocol
     if protocol == "file":
         path = os.path.abspath(path)
-    return Location(shown, protocol, path.rstrip("/") or "/", options, keys=_KEYS[0])
+    return protocol, path.rstrip("/") or "/"
 
 
 def locate(url: str) -> Location | None:
@@ -279,12 +286,8 @@ def locate(url: str) -> Location | None:
         cls = fsspec.get_filesystem_class(split_protocol(url)[0] or "file")
     except (ImportError, ValueError):
         return None
-    protocol = cls.protocol if isinstance(cls.protocol, str) else cls.protocol[0]
-    protocol = "s3" if protocol == "s3a" else protocol
-    path = cls._strip_protocol(url)
-    if protocol == "file":
-        path = os.path.abspath(path)
-    return Location(shown_url(url), protocol, path.rstrip("/") or "/")
+    protocol, path = _canonical(cls.protocol, cls._strip_protocol(url))
+    return Location(shown_url(url), protocol, path)
 
 
 #: The key provider of this process's command (``--keys``), attached to every location
