@@ -46,10 +46,12 @@ class AuditOptions:
               help="First day (inclusive; on --timezone's clock) to price.")
 @click.option("--until", type=click.DateTime(["%Y-%m-%d"]), default=None,
               help="Last day (inclusive; on --timezone's clock) to price.")
-@click.option("--by", "by_text", default="day,model", show_default=True,
+@click.option("--by", "by_texts", multiple=True, default=("day,model",),
+              show_default=True,
               help="Group the cost table by these, comma-separated: day, week, month, "
                    "session, project, model, agent, source, provider, subagent, speed "
-                   "(e.g. month,project).")
+                   "(e.g. month,project); repeated, the lists join (--by month --by "
+                   "project is --by month,project).")
 @click.option("--timezone", "timezone", default=None, metavar="ZONE",
               help="IANA time zone of the days, weeks and months (default UTC), e.g. "
                    "Europe/Berlin.")
@@ -76,8 +78,9 @@ class AuditOptions:
 @json_option
 @keys_option
 def cost(source: str, run_out: str | None, since: datetime | None, until: datetime | None,
-         by_text: str, timezone: str | None, breakdown: bool, budgets_path: str | None,
-         as_of: datetime | None, prices_path: str | None, report_dir: str | None,
+         by_texts: tuple[str, ...], timezone: str | None, breakdown: bool,
+         budgets_path: str | None, as_of: datetime | None, prices_path: str | None,
+         report_dir: str | None,
          fail_on: str | None, allow_partial: bool, scheduler: str | None,
          workers: int | None, storage_options: tuple[str, ...], progress: bool | None,
          max_line_bytes: int, as_json: bool) -> None:
@@ -101,8 +104,9 @@ def cost(source: str, run_out: str | None, since: datetime | None, until: dateti
     with json_output("cost", as_json) as doc:
         if run_out is None:
             _refuse_audit_options(click.get_current_context())
-        _cost(doc, source, run_out, since, until, by_text, timezone, breakdown, budgets_path,
-              as_of, prices_path, report_dir, fail_on, allow_partial, storage_options,
+        _cost(doc, source, run_out, since, until, ",".join(by_texts), timezone, breakdown,
+              budgets_path, as_of, prices_path, report_dir, fail_on, allow_partial,
+              storage_options,
               AuditOptions(scheduler, workers, progress, max_line_bytes))
 
 

@@ -508,3 +508,18 @@ def test_a_damaged_table_of_the_run_is_one_line(
     assert run(command) == EXIT_UNUSABLE
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "table is damaged" in err, err
+
+
+def test_by_repeated_joins_its_lists(audited: Path, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`--by day --by model` is `--by day,model` (the last one alone, as click would keep
+    it, would drop the day without a word)."""
+    capsys.readouterr()
+    docs = []
+    for argv in (["--by", "day", "--by", "model"], ["--by", "day,model"]):
+        assert run(["cost", str(audited), *argv, "--json", "--report-dir",
+                    str(tmp_path / "_".join(argv))]) == EXIT_OK
+        docs.append(json.loads(capsys.readouterr().out))
+    assert docs[0]["by"] == docs[1]["by"] == ["day", "model"]
+    assert docs[0]["rows"] == docs[1]["rows"]
+    assert run(["cost", str(audited), "--by", "day", "--by", "day"]) == EXIT_UNUSABLE
