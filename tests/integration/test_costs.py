@@ -523,3 +523,23 @@ def test_by_repeated_joins_its_lists(audited: Path, tmp_path: Path,
     assert docs[0]["by"] == docs[1]["by"] == ["day", "model"]
     assert docs[0]["rows"] == docs[1]["rows"]
     assert run(["cost", str(audited), "--by", "day", "--by", "day"]) == EXIT_UNUSABLE
+
+
+def test_a_report_aimed_into_an_s3_archive_is_refused(s3: LocalS3,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    archive = f"s3://{BUCKET}/archive"
+    write_fleet(resolve(archive), sessions=2, seed=5, size_scale=0.2)
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    before = sorted(fs.find(f"{BUCKET}/archive"))
+    assert run(["audit", archive, "--out", f"s3://{BUCKET}/out", "--workers", "0",
+                "--no-progress"]) == EXIT_OK
+    capsys.readouterr()
+    for argv in (["cost", f"s3://{BUCKET}/out", "--report-dir", f"{archive}/report"],
+                 ["cost", archive, "--out", f"s3://{BUCKET}/out2", "--report-dir",
+                  f"{archive}/report", "--workers", "0"]):
+        assert run(argv) == EXIT_UNUSABLE
+        assert "inside the archive" in capsys.readouterr().err
+    fs.invalidate_cache()
+    assert sorted(fs.find(f"{BUCKET}/archive")) == before
+    assert not fs.exists(f"{BUCKET}/out2")
