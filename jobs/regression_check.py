@@ -67,6 +67,9 @@ class RegressionReport:
     runs: tuple[RunSummary, ...]
     #: The runs compared (the baseline run or replay, the candidate replay).
     inputs: tuple[InputRun, ...] = ()
+    #: The archive ``--baseline-run`` read, when it is not ROOT (a copy of it elsewhere,
+    #: or a mistake): requests are matched by session path all the same.
+    baseline_archive: str | None = None
 
     @property
     def partial(self) -> tuple[InputRun, ...]:
@@ -80,7 +83,9 @@ class RegressionReport:
             # Summed over the inputs (a session unread in both counts twice).
             "sessions_unread": sum(i.sessions_unread for i in self.inputs),
             "inputs": [i.as_dict() for i in self.inputs],
-            "baseline": {"rules": self.baseline, "run": self.baseline_run},
+            "baseline": {"rules": self.baseline, "run": self.baseline_run,
+                         **({"archive": self.baseline_archive}
+                            if self.baseline_archive else {})},
             "candidate": {"rules": self.candidate, "run": self.candidate_run},
             **self.summary.as_dict(),
             "thresholds": self.thresholds.as_dict(),
@@ -89,16 +94,16 @@ class RegressionReport:
         }
 
 
-def _baseline_run(run: Location) -> tuple[pa.Table, InputRun]:
-    """``--baseline-run``'s requests table, and how complete its run is, both of one
-    commit (:func:`~pipeline.io.commit.open_run`)."""
+def _baseline_run(run: Location) -> tuple[pa.Table, InputRun, Location | None]:
+    """``--baseline-run``'s requests table, how complete its run is, and the archive it
+    read, all of one commit (:func:`~pipeline.io.commit.open_run`)."""
     try:
         found = open_run(run)
         if found is None or "requests" not in found.datasets:
             raise UsageError(f"--baseline-run {run.url}: no committed requests table (the "
                              "OUT of `replay` or `audit --replay` has one, and a regress "
                              "OUT/candidate)")
-        return found.read("requests"), InputRun.of(run.url, found.manifest)
+        return found.read("requests"), InputRun.of(run.url, found.manifest), found.archive
     except CorruptManifestError as err:
         raise UsageError(f"--baseline-run {run.url}: unreadable manifest ({err})") from err
     except storage_errors() as err:
@@ -172,14 +177,18 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
     thresholds = thresholds or Thresholds()
     base_loc, cand_loc = out.child(BASELINE), out.child(CANDIDATE)
     old: pa.Table | None = None
+    other_archive = None
     if baseline_run is not None:
         if baseline_run.protocol == out.protocol and baseline_run.path == out.path:
             raise UsageError(f"--baseline-run and --out are both {out.url}: the check "
                              "would replace the run it compares against")
         # Read first: a wrong path fails before the replay, and OUT/candidate may be
         # the baseline run (last night's) that this run replaces.
-        old, base_input = _baseline_run(baseline_run)
+        old, base_input, base_archive = _baseline_run(baseline_run)
         inputs = [base_input]
+        if base_archive is not None and (base_archive.protocol, base_archive.path) \
+                != (root.protocol, root.path):
+            other_archive = base_archive.url
     else:
         inputs = []
     runs: list[RunSummary] = []
@@ -204,7 +213,7 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
     baseline_url = baseline_run.url if baseline_run is not None else base_loc.url
     report = RegressionReport(out.url, label, candidate.rules, baseline_url,
                               cand_loc.url, summary, thresholds, thresholds.breaches(summary),
-                              tuple(runs), tuple(inputs))
+                              tuple(runs), tuple(inputs), other_archive)
     staged = StagedRun(out, new_run_id(), {REGRESSION: REGRESSION_SCHEMA})
     try:
         staged.write_part(REGRESSION, 0, pairs)
@@ -238,6 +247,10 @@ def print_regression(report: RegressionReport) -> None:
     echo = click.echo
     for partial in report.partial:
         echo(f"vakpipe: warning: {partial.line()}", err=True)
+    if report.baseline_archive:
+        echo(f"vakpipe: warning: --baseline-run {report.baseline_run} read another archive "
+             f"({report.baseline_archive}); requests are matched by session path, and the "
+             "sessions only one of them holds count as added or removed", err=True)
     share = f" ({100 * s.requests_changed / s.requests_compared:.1f}%)" \
         if s.requests_compared else ""
     echo(f"regression {report.baseline} → {report.candidate}: {s.sessions_compared} "

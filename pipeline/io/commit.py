@@ -784,12 +784,21 @@ class CommittedRun:
                 f"{self.location.url}: its {dataset} table is damaged ({printable(text, 200)});"
                 " write the run again (the audit that wrote it)") from err
 
+    @property
+    def archive(self) -> Location | None:
+        """The archive the run read: its manifest's ``archive`` (the root as a URL that
+        names it from any folder), or for a run older than that field its ``root`` as
+        given (a relative local root then read against the folder this command runs in);
+        ``None`` when neither names a storage this process has a filesystem for. Located
+        only (:func:`~pipeline.io.storage.locate`): nothing connects."""
+        root = self.manifest.get("archive") or self.manifest.get("root")
+        if not isinstance(root, str) or not root.strip():
+            return None
+        return locate(root)
+
     def check_apart(self, dest: Location) -> None:
         """Refuse ``dest``, where a reader of this run writes (a cost report, a dashboard,
-        an export), when it overlaps the archive the run read: its manifest's
-        ``archive`` (the root as a URL that names it from any folder), or for a run
-        older than that field its ``root`` as given (a relative local root then read
-        against the folder this command runs in). The reader itself never reads the
+        an export), when it overlaps :attr:`archive`. The reader itself never reads the
         archive; what it writes must not land there all the same.
 
         Raises
@@ -797,11 +806,8 @@ class CommittedRun:
         OutputInsideArchiveError
             ``dest`` lies inside the archive, or the archive inside ``dest``.
         """
-        root = self.manifest.get("archive") or self.manifest.get("root")
-        if not isinstance(root, str) or not root.strip():
-            return
-        archive = locate(root)
-        if archive is not None:  # else a storage this process has no filesystem for
+        archive = self.archive
+        if archive is not None:
             check_output(archive, dest)
 
 

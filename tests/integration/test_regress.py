@@ -8,6 +8,7 @@ four small sessions; one smoke test reads and writes moto's S3 server.
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 from fractions import Fraction
 from pathlib import Path
@@ -237,7 +238,27 @@ def test_thresholds_against_a_baseline_run(fleet: Path, terse: Path, tmp_path: P
     summary = summary_file(out)
     assert (summary["sessions_compared"], summary["requests_removed"]) == (1, 0)
     assert summary["baseline"]["run"] == str(terse / "baseline") and not summary["passed"]
+    assert "archive" not in summary["baseline"]  # the same archive: nothing to say
+    assert "another archive" not in capsys.readouterr().err
     assert run([*args, "--out", str(out), "--max-changed", str(changed)]) == EXIT_OK
+
+
+def test_a_baseline_run_of_another_archive_is_said(fleet: Path, terse: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A baseline run that read another archive (a copy elsewhere, or a mistake) is
+    compared all the same, and said: on stderr and in the summary."""
+    copy = tmp_path / "copy"
+    shutil.copytree(fleet, copy)
+    out = tmp_path / "other"
+    capsys.readouterr()
+    assert run(["regress", str(copy), "--out", str(out), "--baseline-run",
+                str(terse / "baseline"), "--candidate", "v1", "--workers", "0",
+                "--no-progress"]) == EXIT_OK
+    err = capsys.readouterr().err
+    assert f"read another archive (file://{fleet})" in err, err
+    summary = summary_file(out)
+    assert summary["baseline"]["archive"] == f"file://{fleet}"
+    assert summary["requests_changed"] == summary["requests_added"] == 0
 
 
 def test_new_overflows_under_a_window(fleet: Path, terse: Path, tmp_path: Path,
