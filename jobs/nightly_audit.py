@@ -36,6 +36,7 @@ from pipeline.io.commit import (
     SUCCESS,
     StagedRun,
     new_run_id,
+    other_archive,
     read_dataset,
     read_manifest,
     write_small_file,
@@ -283,8 +284,8 @@ def check_same_root(root: Location, baseline: Location) -> None:
     UsageError
         The baseline's manifest names another root (``--allow-other-root`` accepts it).
     """
-    before = (_manifest(baseline) or {}).get("root")
-    if isinstance(before, str) and before != root.url:
+    before = other_archive(_manifest(baseline) or {}, root)
+    if before is not None:
         raise UsageError(f"{root.url} is not the archive the baseline audited ({before}, "
                          f"{baseline.url}): every session would be reported missing; "
                          "--allow-other-root to accept it")

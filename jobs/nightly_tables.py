@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from jobs.nightly_audit import NightlySummary, check_layout, options_fingerprint
 from pipeline.audit.checkpoint import Checkpoint, missing_finding
 from pipeline.errors import BaselineError, UsageError
-from pipeline.io.commit import StagedRun, new_run_id, read_manifest, remove_tree
+from pipeline.io.commit import StagedRun, new_run_id, other_archive, read_manifest, remove_tree
 from pipeline.io.delta import (
     CREATED,
     NIGHT,
@@ -46,6 +46,7 @@ from pipeline.io.delta import (
     Tables,
     as_reader,
     in_predicate,
+    night_summary,
     night_versions,
     nights,
     read_night,
@@ -341,9 +342,11 @@ def run_nightly_tables(
         raise UsageError(f"--date {day.isoformat()} is before the last night committed "
                          f"under {out.url} ({last[NIGHT]}); the Delta tables hold one "
                          "history: read an earlier night by its version instead")
-    if last is not None and last["root"] != root.url and not allow_other_root:
+    before = None if last is None or allow_other_root \
+        else other_archive(night_summary(last), root)
+    if last is not None and before is not None:
         raise UsageError(f"{root.url} is not the archive the last night audited "
-                         f"({last['root']}, {last[NIGHT]}): every session would be "
+                         f"({before}, {last[NIGHT]}): every session would be "
                          "reported missing; --allow-other-root to accept it")
     _recover(tables, last)
     base = None if rebaseline or last is None else last

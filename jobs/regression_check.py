@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from pipeline.errors import CorruptManifestError, UsageError
 from pipeline.io.commit import (
+    CommittedRun,
     StagedRun,
     check_vakpipe_output,
     new_run_id,
@@ -94,7 +95,7 @@ class RegressionReport:
         }
 
 
-def _baseline_run(run: Location) -> tuple[pa.Table, InputRun, Location | None]:
+def _baseline_run(run: Location) -> tuple[pa.Table, InputRun, CommittedRun]:
     """``--baseline-run``'s requests table, how complete its run is, and the archive it
     read, all of one commit (:func:`~pipeline.io.commit.open_run`)."""
     try:
@@ -103,7 +104,7 @@ def _baseline_run(run: Location) -> tuple[pa.Table, InputRun, Location | None]:
             raise UsageError(f"--baseline-run {run.url}: no committed requests table (the "
                              "OUT of `replay` or `audit --replay` has one, and a regress "
                              "OUT/candidate)")
-        return found.read("requests"), InputRun.of(run.url, found.manifest), found.archive
+        return found.read("requests"), InputRun.of(run.url, found.manifest), found
     except CorruptManifestError as err:
         raise UsageError(f"--baseline-run {run.url}: unreadable manifest ({err})") from err
     except storage_errors() as err:
@@ -184,11 +185,9 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
                              "would replace the run it compares against")
         # Read first: a wrong path fails before the replay, and OUT/candidate may be
         # the baseline run (last night's) that this run replaces.
-        old, base_input, base_archive = _baseline_run(baseline_run)
+        old, base_input, base = _baseline_run(baseline_run)
         inputs = [base_input]
-        if base_archive is not None and (base_archive.protocol, base_archive.path) \
-                != (root.protocol, root.path):
-            other_archive = base_archive.url
+        other_archive = base.other_archive(root)
     else:
         inputs = []
     runs: list[RunSummary] = []

@@ -796,6 +796,10 @@ class CommittedRun:
             return None
         return locate(root)
 
+    def other_archive(self, root: Location) -> str | None:
+        """The archive the run read, when it is not ``root``: :func:`other_archive`."""
+        return other_archive(self.manifest, root)
+
     def check_apart(self, dest: Location) -> None:
         """Refuse ``dest``, where a reader of this run writes (a cost report, a dashboard,
         an export), when it overlaps :attr:`archive`. The reader itself never reads the
@@ -809,6 +813,25 @@ class CommittedRun:
         archive = self.archive
         if archive is not None:
             check_output(archive, dest)
+
+
+def other_archive(summary: dict[str, Any], root: Location) -> str | None:
+    """The archive a run's summary (its manifest, a Delta night's summary) names, when it
+    is not ``root``; ``None`` when it is ``root`` or names none.
+
+    Compared as locations: the summary's ``archive`` (a URL that names it from any
+    folder) against ``root`` resolved, so the same archive named from another folder, or
+    by its absolute path, is the same. A run older than that field names its ``root`` as
+    it was given: compared as text, as before.
+    """
+    recorded = summary.get("archive")
+    if isinstance(recorded, str) and recorded:
+        where = locate(recorded)
+        same = where is not None and (where.protocol, where.path) == (root.protocol,
+                                                                     root.path)
+        return None if same else recorded
+    before = summary.get("root")
+    return before if isinstance(before, str) and before != root.url else None
 
 
 def _run_id(manifest: dict[str, Any] | None) -> Any:

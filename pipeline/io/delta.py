@@ -297,6 +297,13 @@ def nightly_output(out: Location) -> tuple[Location, date | None] | None:
     return (base, night) if table_exists(base, NIGHTS) else None
 
 
+def night_summary(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``nights`` row's summary (its run's, as a run's manifest holds it: ``archive``
+    included), with the row's ``root``."""
+    summary = json.loads(row["summary"])
+    return {**(summary if isinstance(summary, dict) else {}), "root": row["root"]}
+
+
 def nightly_manifest(out: Location) -> tuple[Location, dict[str, Any]] | None:
     """A Delta nightly output's night (see :func:`nightly_output`), for the readers of a
     run (:func:`pipeline.io.commit.open_run`): the output, and a manifest-shaped view of
@@ -313,9 +320,7 @@ def nightly_manifest(out: Location) -> tuple[Location, dict[str, Any]] | None:
     if not rows:
         return None
     last = rows[-1]
-    summary = json.loads(last["summary"])
     versions = json.loads(last["versions"])
     return base, {
-        **(summary if isinstance(summary, dict) else {}), "run_id": last["run_id"],
-        "night": last[NIGHT], "root": last["root"],
+        **night_summary(last), "run_id": last["run_id"], "night": last[NIGHT],
         "datasets": {name: {"files": [], "version": v} for name, v in versions.items()}}

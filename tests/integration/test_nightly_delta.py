@@ -195,6 +195,28 @@ def test_another_root_is_refused_unless_allowed(
                     "--allow-other-root"]) == 0
 
 
+def test_the_same_archive_named_from_another_folder_is_the_same_root(
+    archive: Path, tmp_path: Path, scheduler: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nights name their archive as given (`./archive` from its parent, an absolute path
+    from cron): compared by where it is, not by how it was written. A relative name that
+    now points elsewhere is another archive."""
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(archive, elsewhere / archive.name)
+    for layout in ("delta", "partitions"):
+        out = tmp_path / f"out-{layout}"
+        base = ["--out", str(out), "--scheduler", scheduler, "--no-progress",
+                "--format", layout]
+        monkeypatch.chdir(archive.parent)
+        assert run(["nightly", archive.name, *base, "--date", "2026-12-01"]) == 0
+        assert run(["nightly", str(archive), *base, "--date", "2026-12-02"]) == 0
+        monkeypatch.chdir(elsewhere)  # the same name, another archive
+        capsys.readouterr()
+        assert run(["nightly", archive.name, *base, "--date", "2026-12-03"]) == 2
+        assert f"file://{archive}" in capsys.readouterr().err
+
+
 def test_an_output_of_the_other_layout_is_refused(
     archive: Path, tmp_path: Path, scheduler: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
