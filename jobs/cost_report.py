@@ -44,6 +44,7 @@ from pipeline.errors import PipelineError, UsageError
 from pipeline.io.commit import (
     MANIFEST,
     CommittedRun,
+    check_reader_output,
     check_vakpipe_output,
     open_run,
     write_small_file,
@@ -339,7 +340,8 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
     prices = load_prices(prices_path)
     run, usage = usage_run(out)
     dest = report_dir or _default_dest(out)
-    run.check_apart(dest)  # before any work: a report never lands in the archive read
+    # Before any work: a report lands neither in the archive read nor on a run's files.
+    check_reader_output(run, out, dest, folder=True)
     requests = _optional(out, run, "requests")
     compaction = _optional(out, run, "compaction")
     source = InputRun.of(out.url, run.manifest)

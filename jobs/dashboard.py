@@ -31,7 +31,13 @@ from pipeline.costs.dashboard import (
 from pipeline.costs.pricing import load_prices
 from pipeline.costs.report import drop_copies, unknown_lines
 from pipeline.errors import UsageError
-from pipeline.io.commit import CommittedRun, committed_partitions, open_run, read_manifest
+from pipeline.io.commit import (
+    CommittedRun,
+    check_reader_output,
+    committed_partitions,
+    open_run,
+    read_manifest,
+)
 from pipeline.io.delta import NIGHT, NIGHTS, Tables, table_exists
 from pipeline.io.delta import nights as committed_nights
 from pipeline.io.files import write_file
@@ -112,8 +118,8 @@ def dashboard_job(out: Location, *, html: Location | None = None,
     try:
         runs = _runs(out)
         dest = html or out.child(DASHBOARD_HTML)
-        for _, run in runs:  # the page never lands in an archive a night read
-            run.check_apart(dest)
+        for _, run in runs:  # the page lands in no archive a night read, on no night's files
+            check_reader_output(run, out, dest, folder=False)
         nights, sessions = [], None
         for label, run in runs:
             # Only what the page shows: a year of nights is 365 tables of each.

@@ -21,6 +21,7 @@ from pipeline.costs.otel import SEMCONV_VERSION, otel_table
 from pipeline.costs.pricing import load_prices
 from pipeline.costs.report import in_window
 from pipeline.errors import UsageError
+from pipeline.io.commit import check_reader_output
 from pipeline.io.files import write_file
 from pipeline.io.otel import otlp_json, send_otlp, traces_url, write_parquet
 from pipeline.io.storage import Location, shown_url
@@ -85,8 +86,8 @@ def export_otel(out: Location, *, endpoint: str | None = None, dest: Location | 
     if endpoint is not None:
         traces_url(endpoint)  # a malformed URL is refused before anything is read
     run, usage = usage_run(out)
-    if dest is not None:
-        run.check_apart(dest)  # the file never lands in the archive the run read
+    if dest is not None:  # neither in the archive the run read nor on a run's files
+        check_reader_output(run, out, dest, folder=False)
     source = InputRun.of(out.url, run.manifest)
     table = otel_table(in_window(usage, since, until), load_prices(prices))
     resource = {"vakpipe.run_id": source.run_id or ""}

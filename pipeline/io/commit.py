@@ -796,6 +796,42 @@ class CommittedRun:
             return None
         return locate(root)
 
+    def check_clear_of(self, dest: Location, *, folder: bool) -> None:
+        """Refuse ``dest`` (a report's ``folder``, or one file) when writing there would
+        replace or mix with this run's own files: the run's folder itself (for a
+        report: its manifest would replace the run's), or anything under a name the run
+        keeps there: its tables' folders, and every ``_``-name (``_manifest.json``,
+        ``_SUCCESS``, ``_staging``, a nightly's scratch, a Delta log); a Delta nightly
+        output's ``nights`` table too.
+
+        Raises
+        ------
+        UnsafeOutputError
+            ``dest`` would land on the run's own files.
+        """
+        base = self.location.path.rstrip("/")
+        path = dest.path.rstrip("/")
+        if dest.protocol != self.location.protocol:
+            return
+        if folder and path == base:
+            raise UnsafeOutputError(
+                f"{printable(dest.url)} holds the run it reports on ({self.location.url}): "
+                "a report there would replace the run's _manifest.json; choose another "
+                "folder (the default is OUT/cost)")
+        if not path.startswith(base + "/"):
+            return
+        first = path[len(base) + 1:].split("/", 1)[0]
+        tables = {name.split("/", 1)[0] for name in self.datasets}
+        if any("version" in entry for entry in self.datasets.values()):
+            from pipeline.io.delta import NIGHTS  # see open_run
+
+            tables.add(NIGHTS)
+        if first.startswith("_") or first in tables:
+            raise UnsafeOutputError(
+                f"{printable(dest.url)} lies among the files of the run it reports on "
+                f"({self.location.url}: {first}); writing there could replace them: "
+                "choose another path")
+
     def other_archive(self, root: Location) -> str | None:
         """The archive the run read, when it is not ``root``: :func:`other_archive`."""
         return other_archive(self.manifest, root)
@@ -813,6 +849,34 @@ class CommittedRun:
         archive = self.archive
         if archive is not None:
             check_output(archive, dest)
+
+
+def check_reader_output(run: CommittedRun, out: Location, dest: Location, *,
+                        folder: bool) -> None:
+    """Refuse ``dest``, where a reader of ``run`` (found under ``out``: the run's own
+    output, or a nightly output) writes a report's ``folder`` or one file, when it
+    would land in the archive the run read (:meth:`CommittedRun.check_apart`), on the
+    run's own files (:meth:`CommittedRun.check_clear_of`), or, under a nightly output of
+    ``date=`` nights, in any night or as the nightly output's own report folder.
+
+    Raises
+    ------
+    OutputInsideArchiveError
+        ``dest`` overlaps the archive.
+    UnsafeOutputError
+        ``dest`` would land on a run's files.
+    """
+    run.check_apart(dest)
+    run.check_clear_of(dest, folder=folder)
+    if run.location.path == out.path or not out.contains(dest):
+        return
+    # A nightly output: its nights are runs of their own, and OUT itself a folder of
+    # nights, which a report's _manifest.json would make read as a run.
+    rel = dest.path.rstrip("/")[len(out.path.rstrip("/")) + 1:]
+    if (folder and not rel) or NIGHT_PARTITION.match(rel.split("/", 1)[0]):
+        raise UnsafeOutputError(
+            f"{printable(dest.url)} lies among the nights of the nightly output "
+            f"{out.url}; writing there could replace a night's files: choose another path")
 
 
 def other_archive(summary: dict[str, Any], root: Location) -> str | None:

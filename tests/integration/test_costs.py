@@ -543,3 +543,36 @@ def test_a_report_aimed_into_an_s3_archive_is_refused(s3: LocalS3,
     fs.invalidate_cache()
     assert sorted(fs.find(f"{BUCKET}/archive")) == before
     assert not fs.exists(f"{BUCKET}/out2")
+
+
+@pytest.mark.parametrize("command", [
+    ["cost", "OUT", "--report-dir", "OUT"],
+    ["cost", "OUT", "--report-dir", "OUT/usage"],
+    ["dashboard", "OUT", "--html", "OUT/_manifest.json"],
+    ["export", "otel", "OUT", "--file", "OUT/integrity/spans.json"],
+    ["cost", "NIGHTLY", "--report-dir", "NIGHTLY"],
+    ["cost", "NIGHTLY", "--report-dir", "NIGHTLY/date=2026-12-01"],
+    ["dashboard", "NIGHTLY", "--html", "NIGHTLY/date=2026-12-02/page.html"],
+])
+def test_what_a_reader_writes_never_replaces_a_run_s_files(
+    command: list[str], audited: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A report folder, page or export aimed at the run's own folder, a table's folder or
+    a `_` file of it, or into a night of a nightly output, is refused (exit 2, one line)
+    and every file stays as it was: `--report-dir OUT` replaced the run's manifest with
+    the report's, and the run was gone."""
+    shutil.copytree(audited, tmp_path / "OUT", ignore=shutil.ignore_patterns("cost"))
+    for night in ("date=2026-12-01", "date=2026-12-02"):
+        shutil.copytree(tmp_path / "OUT", tmp_path / "NIGHTLY" / night)
+
+    def files() -> dict[Path, bytes]:
+        return {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+
+    before = files()
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert run(command) == EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "replace" in err, err
+    assert files() == before

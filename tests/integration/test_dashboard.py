@@ -169,3 +169,11 @@ def test_a_delta_nightly_output_has_one_point_per_night(tmp_path: Path) -> None:
     assert all(n["sessions"] == 6 for n in nights.values())
     assert nights["2026-12-02"]["codes"].get("history_truncated", 0) == 1
     assert (out / "dashboard.html").exists() and doc["billed_usd"] > 0
+    # Never onto the Delta tables' files (the `nights` table included), nor a report
+    # folder at OUT itself.
+    for argv in (["dashboard", str(out), "--html", str(out / "nights" / "x.html")],
+                 ["dashboard", str(out), "--html", str(out / "usage" / "x.html")],
+                 ["cost", str(out), "--report-dir", str(out)]):
+        done = vakpipe(*argv)
+        assert done.returncode == 2 and "replace" in done.stderr, done.stderr
+    assert not (out / "nights" / "x.html").exists() and not (out / "costs.csv").exists()
