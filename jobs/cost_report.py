@@ -45,7 +45,7 @@ from pipeline.io.commit import (
     MANIFEST,
     CommittedRun,
     check_reader_output,
-    check_vakpipe_output,
+    check_report_folder,
     open_run,
     write_small_file,
 )
@@ -154,8 +154,9 @@ def publish(dest: Location, files: dict[str, bytes], *, run_id: str | None = Non
     describe (the report in force), then the files the previous report's manifest named
     and this one does not are removed. ``base`` is the output every path must lie below
     (``OUT`` for the default ``OUT/cost``; ``dest`` itself for ``--report-dir``). A
-    ``dest`` that holds other files than a report's is refused (``--force`` of the
-    runs does not apply: choose another ``--report-dir``).
+    ``dest`` without a report's manifest that holds other files than a report's (a
+    run's output and its ``_manifest.json``, a nightly's nights) is refused (``--force``
+    of the runs does not apply: choose another ``--report-dir``).
 
     Raises
     ------
@@ -165,8 +166,9 @@ def publish(dest: Location, files: dict[str, bytes], *, run_id: str | None = Non
         The storage failed; the previous manifest stays in force.
     """
     base = base or dest
-    check_vakpipe_output(dest, also=(*REPORT_FILES, MANIFEST))
     previous = read_report_manifest(dest)
+    if previous is None:  # not a report's folder yet: nothing but a report's files
+        check_report_folder(dest, REPORT_FILES)
     # Every path checked before the first write: a link found at the third file must not
     # leave the first two replaced beside the previous report's manifest.
     for name in (*files, MANIFEST):

@@ -231,6 +231,42 @@ _TMP_NAME = re.compile(r"\..+\.[0-9a-f]{12}\.tmp")
 _OUTPUT_MARKS = frozenset({MANIFEST, SUCCESS, STAGING})
 
 
+def check_report_folder(dest: Location, allowed: Iterable[str]) -> None:
+    """Refuse a folder ``dest`` for a report when it holds anything but ``allowed`` (a
+    report's files); absent or empty is fine.
+
+    Stricter than :func:`check_vakpipe_output`: a run's output, or a nightly output's
+    folder of nights, is a vakpipe output but no report's folder (a report's
+    ``_manifest.json`` would replace the run's, or make the nights read as a run).
+
+    Raises
+    ------
+    UnsafeOutputError
+        ``dest`` holds other entries.
+    StorageError
+        The folder cannot be listed.
+    """
+    fs = dest.filesystem()
+    try:
+        fs.invalidate_cache(dest.path)
+        try:
+            listed = fs.ls(dest.path, detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+    except storage_errors() as err:
+        raise storage_error(err, dest.url) from err
+    names = {posixpath.basename(str(p).rstrip("/")) for p in listed}
+    names.discard(posixpath.basename(dest.path.rstrip("/")))  # some stores list self
+    names = {n for n in names if not _TMP_NAME.fullmatch(n)}
+    other = sorted(names - set(allowed))
+    if other:
+        shown = ", ".join(printable(n, 40) for n in other[:3])
+        raise UnsafeOutputError(
+            f"{printable(dest.url)} is not a report's folder: it holds other files ({shown}"
+            f"{', ...' if len(other) > 3 else ''}): a report there would mix with them, or "
+            "replace a run's _manifest.json; choose an empty folder or a report's own")
+
+
 def check_vakpipe_output(out: Location, *, also: Iterable[str] = ()) -> None:
     """Refuse an ``OUT`` that holds files but is not a vakpipe output, unless ``--force``.
 
@@ -857,7 +893,8 @@ def check_reader_output(run: CommittedRun, out: Location, dest: Location, *,
     output, or a nightly output) writes a report's ``folder`` or one file, when it
     would land in the archive the run read (:meth:`CommittedRun.check_apart`), on the
     run's own files (:meth:`CommittedRun.check_clear_of`), or, under a nightly output of
-    ``date=`` nights, in any night or as the nightly output's own report folder.
+    ``date=`` nights, in any night or as the nightly output's own report folder; a file
+    named ``_manifest.json`` or ``_SUCCESS`` anywhere.
 
     Raises
     ------
@@ -868,6 +905,12 @@ def check_reader_output(run: CommittedRun, out: Location, dest: Location, *,
     """
     run.check_apart(dest)
     run.check_clear_of(dest, folder=folder)
+    if not folder and posixpath.basename(dest.path) in (MANIFEST, SUCCESS):
+        # Any output's: a page named so would replace the run (or report) it marks.
+        raise UnsafeOutputError(
+            f"{printable(dest.url)}: {posixpath.basename(dest.path)} is the name a vakpipe "
+            "output keeps for itself; writing there could replace another run's; choose "
+            "another name")
     if run.location.path == out.path or not out.contains(dest):
         return
     # A nightly output: its nights are runs of their own, and OUT itself a folder of

@@ -143,7 +143,7 @@ def test_an_unrelated_non_empty_out_is_refused_unless_forced(
         out = tmp_path / "out"
         ok("audit", str(archive), "--out", str(out), "--no-progress")
         one_error_line(vakpipe("cost", str(out), "--report-dir", str(mine)),
-                       str(mine), "not a vakpipe output")
+                       str(mine), "not a report's folder")
         assert snapshot(mine) == before
         return
     args = (command, str(archive), "--out", str(mine), "--no-progress")

@@ -576,3 +576,32 @@ def test_what_a_reader_writes_never_replaces_a_run_s_files(
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "replace" in err, err
     assert files() == before
+
+
+def test_a_report_never_replaces_another_run_s_manifest(
+    audited: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--report-dir` at another run's output (or a nightly's folder of nights) is no
+    report's folder: refused, the run intact (it was a vakpipe output, so it passed, and
+    the report's _manifest.json replaced the run's). A report's own folder may hold
+    other files beside the report."""
+    other = tmp_path / "other"
+    shutil.copytree(audited, other, ignore=shutil.ignore_patterns("cost"))
+    nightly = tmp_path / "nightly"
+    shutil.copytree(other, nightly / "date=2026-12-01")
+    manifest = (other / "_manifest.json").read_bytes()
+    capsys.readouterr()
+    for dest in (other, nightly):
+        assert run(["cost", str(audited), "--report-dir", str(dest)]) == EXIT_UNUSABLE
+        assert "not a report's folder" in capsys.readouterr().err
+    for argv in (["dashboard", str(audited), "--html", str(other / "_manifest.json")],
+                 ["export", "otel", str(audited), "--file", str(other / "_SUCCESS")]):
+        assert run(argv) == EXIT_UNUSABLE
+        assert "keeps for itself" in capsys.readouterr().err
+    assert (other / "_manifest.json").read_bytes() == manifest
+    assert not (nightly / "_manifest.json").exists()
+    mine = tmp_path / "mine"
+    assert run(["cost", str(audited), "--report-dir", str(mine)]) == EXIT_OK
+    (mine / "notes.txt").write_text("kept")
+    assert run(["cost", str(audited), "--report-dir", str(mine)]) == EXIT_OK
+    assert (mine / "notes.txt").read_text() == "kept"
