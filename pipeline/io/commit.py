@@ -246,19 +246,11 @@ def check_report_folder(dest: Location, allowed: Iterable[str]) -> None:
     StorageError
         The folder cannot be listed.
     """
-    fs = dest.filesystem()
     try:
-        fs.invalidate_cache(dest.path)
-        try:
-            listed = fs.ls(dest.path, detail=False)
-        except (FileNotFoundError, NotADirectoryError):
-            return
+        names = _entries(dest)
     except storage_errors() as err:
         raise storage_error(err, dest.url) from err
-    names = {posixpath.basename(str(p).rstrip("/")) for p in listed}
-    names.discard(posixpath.basename(dest.path.rstrip("/")))  # some stores list self
-    names = {n for n in names if not _TMP_NAME.fullmatch(n)}
-    other = sorted(names - set(allowed))
+    other = sorted(set(names) - set(allowed))
     if other:
         shown = ", ".join(printable(n, 40) for n in other[:3])
         raise UnsafeOutputError(
@@ -267,14 +259,28 @@ def check_report_folder(dest: Location, allowed: Iterable[str]) -> None:
             "replace a run's _manifest.json; choose an empty folder or a report's own")
 
 
-def check_vakpipe_output(out: Location, *, also: Iterable[str] = ()) -> None:
+def _entries(out: Location) -> dict[str, dict[str, Any]]:
+    """The entries of folder ``out`` by name (none when it is not there), without
+    ``out`` itself (some stores list it) and the temporary files
+    :func:`write_small_file` leaves when killed mid-write (ours)."""
+    fs = out.filesystem()
+    fs.invalidate_cache(out.path)
+    try:
+        entries = fs.ls(out.path, detail=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    names = {posixpath.basename(str(e["name"]).rstrip("/")): e for e in entries}
+    names.pop(posixpath.basename(out.path.rstrip("/")), None)
+    return {n: e for n, e in names.items() if not _TMP_NAME.fullmatch(n)}
+
+
+def check_vakpipe_output(out: Location) -> None:
     """Refuse an ``OUT`` that holds files but is not a vakpipe output, unless ``--force``.
 
     A vakpipe output is absent, empty, or holds ``_manifest.json``, ``_SUCCESS`` or
     ``_staging`` itself or in one of its folders (a nightly's partitions, a regression
-    check's ``baseline``/``candidate``); ``also`` names more entries that count as ours
-    (a report folder's own files). Anything else would have a run mixed into somebody
-    else's files (and its clean-ups sharing their folders).
+    check's ``baseline``/``candidate``). Anything else would have a run mixed into
+    somebody else's files (and its clean-ups sharing their folders).
 
     Raises
     ------
@@ -287,16 +293,8 @@ def check_vakpipe_output(out: Location, *, also: Iterable[str] = ()) -> None:
         return
     fs = out.filesystem()
     try:
-        fs.invalidate_cache(out.path)
-        try:
-            entries = fs.ls(out.path, detail=True)
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        names = {posixpath.basename(str(e["name"]).rstrip("/")): e for e in entries}
-        names.pop(posixpath.basename(out.path.rstrip("/")), None)  # some stores list self
-        # A temporary file write_small_file left (a process killed mid-write) is ours.
-        names = {n: e for n, e in names.items() if not _TMP_NAME.fullmatch(n)}
-        if not names or _OUTPUT_MARKS & set(names) or set(names) <= set(also):
+        names = _entries(out)
+        if not names or _OUTPUT_MARKS & set(names):
             return
         for name, entry in names.items():
             if entry.get("type") != "directory" or unsafe_segment(name):
