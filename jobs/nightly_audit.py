@@ -88,7 +88,8 @@ DELTA_NIGHTS = "nights"
 
 
 def check_layout(out: Location, layout: str) -> None:
-    """Refuse an ``out`` that holds the other layout's nights (one listing of ``out``).
+    """Refuse an ``out`` that holds the other layout's nights, or a run of its own (an
+    audit's: its readers would read it, not the nights); one listing of ``out``.
 
     A ``--format delta`` night pointed at a folder of ``date=`` partitions (or the other
     way round) finds no baseline of its own: it would run as a first night, silently
@@ -106,6 +107,11 @@ def check_layout(out: Location, layout: str) -> None:
     except storage_errors() as err:
         raise storage_error(err, out.url) from err
     partitions = sorted(n for n in names if NIGHT_PARTITION.match(n))
+    if MANIFEST in names:
+        raise UsageError(
+            f"{out.url} holds a run of its own (its {MANIFEST}: an audit's, a replay's): "
+            "nights beside it would be hidden from its readers, which read that run; give "
+            "the nightly another --out")
     if layout == "delta" and partitions:
         raise UsageError(
             f"{out.url} holds nights of the partitions layout ({partitions[-1]}): "

@@ -278,9 +278,11 @@ def check_vakpipe_output(out: Location) -> None:
     """Refuse an ``OUT`` that holds files but is not a vakpipe output, unless ``--force``.
 
     A vakpipe output is absent, empty, or holds ``_manifest.json``, ``_SUCCESS`` or
-    ``_staging`` itself or in one of its folders (a nightly's partitions, a regression
-    check's ``baseline``/``candidate``). Anything else would have a run mixed into
-    somebody else's files (and its clean-ups sharing their folders).
+    ``_staging`` itself or in one of its folders (a regression check's
+    ``baseline``/``candidate``). Anything else would have a run mixed into somebody
+    else's files (and its clean-ups sharing their folders). A nightly output (``date=``
+    nights) is refused too: a run at its root would be what its readers read instead of
+    the nights.
 
     Raises
     ------
@@ -294,6 +296,17 @@ def check_vakpipe_output(out: Location) -> None:
     fs = out.filesystem()
     try:
         names = _entries(out)
+        nights = sorted(n for n in names if NIGHT_PARTITION.match(n))
+        what = f"{nights[-1]}, ..." if nights else None
+        if what is None and "nights" in names:
+            from pipeline.io.delta import NIGHTS, table_exists  # see open_run
+
+            what = "its Delta tables" if table_exists(out, NIGHTS) else None
+        if what is not None:
+            raise UnsafeOutputError(
+                f"{printable(out.url)} is a nightly output ({what}): a run committed "
+                "there would sit beside its nights and hide them from their readers (a run "
+                "at OUT is read first); choose another --out")
         if not names or _OUTPUT_MARKS & set(names):
             return
         for name, entry in names.items():

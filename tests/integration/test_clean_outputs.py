@@ -202,3 +202,22 @@ def test_the_demo_writes_only_under_its_out() -> None:
     for path in (audit_out("out/demo"), compaction_out("out/demo", "bound"),
                  compaction_out("out/demo/", "half")):
         assert path.startswith("out/demo/") and ".." not in path
+
+
+def test_a_run_and_nights_never_share_an_out(archive: Path, tmp_path: Path) -> None:
+    """An audit (or replay, regress, one-step cost) into a nightly output would commit a
+    run at its root, which every reader reads before the nights; a nightly into a run's
+    output would put nights its readers never see. Both refused before anything is read,
+    nothing written."""
+    nightly, audited = tmp_path / "nightly", tmp_path / "audited"
+    ok("nightly", str(archive), "--out", str(nightly), "--workers", "0", "--no-progress")
+    ok("audit", str(archive), "--out", str(audited), "--workers", "0", "--no-progress")
+    before = snapshot(tmp_path)
+    for args in (["audit", str(archive), "--out", str(nightly)],
+                 ["replay", str(archive), "--out", str(nightly)],
+                 ["cost", str(archive), "--out", str(nightly)]):
+        one_error_line(vakpipe(*args, "--workers", "0", "--no-progress"),
+                       "is a nightly output")
+    one_error_line(vakpipe("nightly", str(archive), "--out", str(audited), "--workers",
+                           "0", "--no-progress"), "holds a run of its own")
+    assert snapshot(tmp_path) == before

@@ -177,3 +177,5 @@ def test_a_delta_nightly_output_has_one_point_per_night(tmp_path: Path) -> None:
         done = vakpipe(*argv)
         assert done.returncode == 2 and "replace" in done.stderr, done.stderr
     assert not (out / "nights" / "x.html").exists() and not (out / "costs.csv").exists()
+    done = vakpipe("audit", str(root), "--out", str(out), "--workers", "0")  # a run at OUT
+    assert done.returncode == 2 and "is a nightly output" in done.stderr, done.stderr
