@@ -134,10 +134,13 @@ def usage_run(out: Location) -> tuple[CommittedRun, pa.Table]:
                 f"{out.url} --out OUT`, or audited and priced in one step: `vakpipe cost "
                 f"{out.url} --out OUT`")
         if "usage" not in run.datasets:
+            from jobs.regression_check import replays_hint  # only on this error's way
+
+            hint = replays_hint(out, run.datasets)
             raise UsageError(
-                f"{out.url}: its run has no usage table (runs before the cost report did "
-                f"not write one); audit its archive again: `vakpipe audit ROOT --out "
-                f"{out.url}`")
+                f"{out.url}: its run has no usage table" + (hint or (
+                    " (runs before the cost report did not write one); audit its archive "
+                    f"again: `vakpipe audit ROOT --out {out.url}`")))
         return run, run.read("usage")
     except storage_errors() as err:
         raise storage_error(err, out.url) from err

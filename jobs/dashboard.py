@@ -117,6 +117,12 @@ def dashboard_job(out: Location, *, html: Location | None = None,
     """
     try:
         runs = _runs(out)
+        for _, run in runs:
+            if "integrity/sessions" not in run.datasets:
+                from jobs.regression_check import replays_hint  # only on this error's way
+
+                raise UsageError(f"{run.location.url}: its run has no integrity tables"
+                                 f"{replays_hint(run.location, run.datasets)}")
         dest = html or out.child(DASHBOARD_HTML)
         for _, run in runs:  # the page lands in no archive a night read, on no night's files
             check_reader_output(run, out, dest, folder=False)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import click
 import pyarrow as pa
@@ -93,6 +94,16 @@ class RegressionReport:
             "breaches": list(self.breaches),
             "passed": not self.breaches,
         }
+
+
+def replays_hint(out: Location, datasets: Mapping[str, Any]) -> str:
+    """For a reader of one run given a regression check's output (its ``regression``
+    table, no usage or integrity tables): where the runs it replayed are; ``""`` for any
+    other run."""
+    if REGRESSION not in datasets:
+        return ""
+    return (f"; it is a regression check's output: price or show one of its replays, "
+            f"{out.url}/{CANDIDATE} (or {out.url}/{BASELINE}, when it replayed one)")
 
 
 def _baseline_run(run: Location) -> tuple[pa.Table, InputRun, CommittedRun]:

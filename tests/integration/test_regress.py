@@ -322,3 +322,20 @@ def test_on_s3(s3: LocalS3, scheduler: str, capsys: pytest.CaptureFixture[str]) 
     assert summary["requests_compared"] == len(pairs)
     assert summary["requests_changed"] == sum(p["changed"] for p in pairs)
     assert committed_rows(resolve(f"{out.url}/candidate"), "requests")
+
+
+def test_readers_of_one_run_given_a_regression_output_name_its_replays(
+    terse: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`vakpipe cost OUT` (and dashboard, export) of a regression check's output: its run
+    is the comparison, with no usage or integrity tables; the line names the replays to
+    read instead, never "audit its archive again" into OUT (that would replace the
+    check)."""
+    for argv in (["cost", str(terse)], ["dashboard", str(terse)],
+                 ["export", "otel", str(terse), "--file", str(terse.parent / "x.json")]):
+        capsys.readouterr()
+        assert run(argv) == EXIT_UNUSABLE
+        err = capsys.readouterr().err
+        assert f"{terse}/candidate" in err and "vakpipe audit" not in err, err
+    assert run(["cost", str(terse / "candidate"), "--report-dir",
+                str(terse.parent / "candidate-cost")]) == EXIT_OK
