@@ -106,10 +106,8 @@ class CostOutcome:
 
 def _optional(out: Location, run: CommittedRun, dataset: str) -> pa.Table | None:
     """A dataset of the run, or ``None`` when the run did not write it."""
-    if dataset not in run.datasets:
-        return None
     try:
-        return run.read(dataset)
+        return run.read_optional(dataset)
     except storage_errors() as err:
         raise storage_error(err, out.url) from err
 

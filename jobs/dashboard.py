@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-import pyarrow as pa
 
 from pipeline.costs.dashboard import (
     FINDING_COLUMNS,
@@ -71,10 +70,6 @@ class DashboardOutcome:
                 "wasted_usd": self.wasted_usd}
 
 
-def _optional(run: CommittedRun, dataset: str) -> pa.Table | None:
-    return run.read(dataset) if dataset in run.datasets else None
-
-
 def _runs(out: Location) -> list[tuple[str, CommittedRun]]:
     """``(label, run)`` of the runs shown, oldest first: OUT itself when it is a run,
     else its committed ``date=`` partitions (a folder without a manifest is a night that
@@ -117,14 +112,14 @@ def dashboard_job(out: Location, *, html: Location | None = None,
     """
     try:
         runs = _runs(out)
-        for _, run in runs:
+        dest = html or out.child(DASHBOARD_HTML)
+        for _, run in runs:  # before any table is read
             if "integrity/sessions" not in run.datasets:
                 from jobs.regression_check import replays_hint  # only on this error's way
 
                 raise UsageError(f"{run.location.url}: its run has no integrity tables"
                                  f"{replays_hint(run.location, run.datasets)}")
-        dest = html or out.child(DASHBOARD_HTML)
-        for _, run in runs:  # the page lands in no archive a night read, on no night's files
+            # The page lands in no archive a night read, on no night's files.
             check_reader_output(run, out, dest, folder=False)
         nights, sessions = [], None
         for label, run in runs:
@@ -134,9 +129,9 @@ def dashboard_job(out: Location, *, html: Location | None = None,
                                    run.read("integrity/findings", FINDING_COLUMNS),
                                    partial=InputRun.of(run.location.url, run.manifest).partial))
         _, newest = runs[-1]
-        usage = _optional(newest, "usage")
-        requests = _optional(newest, "requests")
-        compaction = _optional(newest, "compaction")
+        usage = newest.read_optional("usage")
+        requests = newest.read_optional("requests")
+        compaction = newest.read_optional("compaction")
     except storage_errors() as err:
         raise storage_error(err, out.url) from err
     table = load_prices(prices)

@@ -342,12 +342,12 @@ def run_nightly_tables(
         raise UsageError(f"--date {day.isoformat()} is before the last night committed "
                          f"under {out.url} ({last[NIGHT]}); the Delta tables hold one "
                          "history: read an earlier night by its version instead")
-    before = None if last is None or allow_other_root \
-        else other_archive(night_summary(last), root)
-    if last is not None and before is not None:
-        raise UsageError(f"{root.url} is not the archive the last night audited "
-                         f"({before}, {last[NIGHT]}): every session would be "
-                         "reported missing; --allow-other-root to accept it")
+    if last is not None and not allow_other_root:
+        before = other_archive(night_summary(last), root)
+        if before is not None:
+            raise UsageError(f"{root.url} is not the archive the last night audited "
+                             f"({before}, {last[NIGHT]}): every session would be "
+                             "reported missing; --allow-other-root to accept it")
     _recover(tables, last)
     base = None if rebaseline or last is None else last
     base_versions: dict[str, int] = json.loads(base["versions"]) if base else {}

@@ -25,6 +25,7 @@ from pipeline.io.commit import (
     check_vakpipe_output,
     new_run_id,
     open_run,
+    other_archive,
     read_dataset,
     write_small_file,
 )
@@ -106,16 +107,16 @@ def replays_hint(out: Location, datasets: Mapping[str, Any]) -> str:
             f"{out.url}/{CANDIDATE} (or {out.url}/{BASELINE}, when it replayed one)")
 
 
-def _baseline_run(run: Location) -> tuple[pa.Table, InputRun, CommittedRun]:
-    """``--baseline-run``'s requests table, how complete its run is, and the archive it
-    read, all of one commit (:func:`~pipeline.io.commit.open_run`)."""
+def _baseline_run(run: Location) -> tuple[pa.Table, CommittedRun]:
+    """``--baseline-run``'s run (:func:`~pipeline.io.commit.open_run`) and its requests
+    table, of that one commit."""
     try:
         found = open_run(run)
         if found is None or "requests" not in found.datasets:
             raise UsageError(f"--baseline-run {run.url}: no committed requests table (the "
                              "OUT of `replay` or `audit --replay` has one, and a regress "
                              "OUT/candidate)")
-        return found.read("requests"), InputRun.of(run.url, found.manifest), found
+        return found.read("requests"), found
     except CorruptManifestError as err:
         raise UsageError(f"--baseline-run {run.url}: unreadable manifest ({err})") from err
     except storage_errors() as err:
@@ -189,16 +190,16 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
     thresholds = thresholds or Thresholds()
     base_loc, cand_loc = out.child(BASELINE), out.child(CANDIDATE)
     old: pa.Table | None = None
-    other_archive = None
+    base_archive = None
     if baseline_run is not None:
         if baseline_run.protocol == out.protocol and baseline_run.path == out.path:
             raise UsageError(f"--baseline-run and --out are both {out.url}: the check "
                              "would replace the run it compares against")
         # Read first: a wrong path fails before the replay, and OUT/candidate may be
         # the baseline run (last night's) that this run replaces.
-        old, base_input, base = _baseline_run(baseline_run)
-        inputs = [base_input]
-        other_archive = base.other_archive(root)
+        old, base = _baseline_run(baseline_run)
+        inputs = [InputRun.of(baseline_run.url, base.manifest)]
+        base_archive = other_archive(base.manifest, root)
     else:
         inputs = []
     runs: list[RunSummary] = []
@@ -223,7 +224,7 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
     baseline_url = baseline_run.url if baseline_run is not None else base_loc.url
     report = RegressionReport(out.url, label, candidate.rules, baseline_url,
                               cand_loc.url, summary, thresholds, thresholds.breaches(summary),
-                              tuple(runs), tuple(inputs), other_archive)
+                              tuple(runs), tuple(inputs), base_archive)
     staged = StagedRun(out, new_run_id(), {REGRESSION: REGRESSION_SCHEMA})
     try:
         staged.write_part(REGRESSION, 0, pairs)

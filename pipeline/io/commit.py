@@ -298,6 +298,7 @@ def check_vakpipe_output(out: Location) -> None:
         names = _entries(out)
         nights = sorted(n for n in names if NIGHT_PARTITION.match(n))
         what = f"{nights[-1]}, ..." if nights else None
+        # delta.NIGHTS spelt out: importing it costs every run deltalake's import.
         if what is None and "nights" in names:
             from pipeline.io.delta import NIGHTS, table_exists  # see open_run
 
@@ -831,6 +832,10 @@ class CommittedRun:
                 f"{self.location.url}: its {dataset} table is damaged ({printable(text, 200)});"
                 " write the run again (the audit that wrote it)") from err
 
+    def read_optional(self, dataset: str) -> pa.Table | None:
+        """:meth:`read`, or ``None`` when the run did not write ``dataset``."""
+        return self.read(dataset) if dataset in self.datasets else None
+
     @property
     def archive(self) -> Location | None:
         """The archive the run read: its manifest's ``archive`` (the root as a URL that
@@ -856,18 +861,15 @@ class CommittedRun:
         UnsafeOutputError
             ``dest`` would land on the run's own files.
         """
-        base = self.location.path.rstrip("/")
-        path = dest.path.rstrip("/")
-        if dest.protocol != self.location.protocol:
+        rel = _below(self.location, dest)
+        if rel is None:
             return
-        if folder and path == base:
+        if folder and not rel:
             raise UnsafeOutputError(
                 f"{printable(dest.url)} holds the run it reports on ({self.location.url}): "
                 "a report there would replace the run's _manifest.json; choose another "
                 "folder (the default is OUT/cost)")
-        if not path.startswith(base + "/"):
-            return
-        first = path[len(base) + 1:].split("/", 1)[0]
+        first = rel.split("/", 1)[0]
         tables = {name.split("/", 1)[0] for name in self.datasets}
         if any("version" in entry for entry in self.datasets.values()):
             from pipeline.io.delta import NIGHTS  # see open_run
@@ -878,10 +880,6 @@ class CommittedRun:
                 f"{printable(dest.url)} lies among the files of the run it reports on "
                 f"({self.location.url}: {first}); writing there could replace them: "
                 "choose another path")
-
-    def other_archive(self, root: Location) -> str | None:
-        """The archive the run read, when it is not ``root``: :func:`other_archive`."""
-        return other_archive(self.manifest, root)
 
     def check_apart(self, dest: Location) -> None:
         """Refuse ``dest``, where a reader of this run writes (a cost report, a dashboard,
@@ -922,11 +920,11 @@ def check_reader_output(run: CommittedRun, out: Location, dest: Location, *,
             f"{printable(dest.url)}: {posixpath.basename(dest.path)} is the name a vakpipe "
             "output keeps for itself; writing there could replace another run's; choose "
             "another name")
-    if run.location.path == out.path or not out.contains(dest):
+    rel = None if run.location.path == out.path else _below(out, dest)
+    if rel is None:
         return
     # A nightly output: its nights are runs of their own, and OUT itself a folder of
     # nights, which a report's _manifest.json would make read as a run.
-    rel = dest.path.rstrip("/")[len(out.path.rstrip("/")) + 1:]
     if (folder and not rel) or NIGHT_PARTITION.match(rel.split("/", 1)[0]):
         raise UnsafeOutputError(
             f"{printable(dest.url)} lies among the nights of the nightly output "
@@ -950,6 +948,14 @@ def other_archive(summary: dict[str, Any], root: Location) -> str | None:
         return None if same else recorded
     before = summary.get("root")
     return before if isinstance(before, str) and before != root.url else None
+
+
+def _below(parent: Location, dest: Location) -> str | None:
+    """``dest``'s path relative to ``parent`` (``""``: ``parent`` itself), or ``None``
+    when it is not at or below it (:meth:`Location.contains`)."""
+    if not parent.contains(dest):
+        return None
+    return dest.path.rstrip("/")[len(parent.path.rstrip("/")) + 1:]
 
 
 def _run_id(manifest: dict[str, Any] | None) -> Any:
