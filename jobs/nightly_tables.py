@@ -131,11 +131,11 @@ def _checkpoint_columns(tables: Tables, version: int | None) -> pa.Table:
                          "ck_etag": pa.array([], pa.string()),
                          "ck_size": pa.array([], pa.int64()),
                          CREATED: pa.array([], pa.string())})
-    batches = list(tables.batches("checkpoints", ["session_path", "etag", "size", CREATED],
-                                  version))
-    table = pa.Table.from_batches(batches) if batches else pa.table({
-        "session_path": pa.array([], pa.string()), "etag": pa.array([], pa.string()),
-        "size": pa.array([], pa.int64()), CREATED: pa.array([], pa.string())})
+    table = tables.read("checkpoints", ["session_path", "etag", "size", CREATED], version)
+    if table is None:
+        table = pa.table({
+            "session_path": pa.array([], pa.string()), "etag": pa.array([], pa.string()),
+            "size": pa.array([], pa.int64()), CREATED: pa.array([], pa.string())})
     return table.rename_columns(["session_path", "ck_etag", "ck_size", CREATED])
 
 
@@ -151,9 +151,9 @@ def _full_checkpoints(tables: Tables, version: int | None,
     have = set(data.schema.names) if data is not None else set()
     # A table written before a column existed (``segments``) is read without it.
     columns = [c for c in [*CHECKPOINTS_SCHEMA.names, CREATED] if c in have]
-    for batch in tables.batches("checkpoints", columns, version, where):
-        for row in batch.to_pylist():
-            found[row["session_path"]] = (Checkpoint.from_row(row), row[CREATED])
+    table = tables.read("checkpoints", columns, version, where)
+    for row in table.to_pylist() if table is not None else ():
+        found[row["session_path"]] = (Checkpoint.from_row(row), row[CREATED])
     return found
 
 
@@ -251,17 +251,19 @@ def _created_of_tonight(scratch: Location, manifest: dict[str, Any],
 
 
 def _counts(tables: Tables, version: dict[str, int], run: RunSummary) -> None:
-    """Statuses and findings over every row of the state tables tonight (streamed)."""
+    """Statuses and findings over every row of the state tables tonight (only the
+    columns counted are read)."""
     run.statuses.clear()
     run.codes.clear()
     run.severity_codes.clear()
-    for batch in tables.batches("integrity/sessions", ["status"], version.get(
-            "integrity/sessions")):
-        for item in pc.value_counts(batch.column(0)).to_pylist():
+    statuses = tables.read("integrity/sessions", ["status"], version.get("integrity/sessions"))
+    if statuses is not None:
+        for item in pc.value_counts(statuses.column(0)).to_pylist():
             run.statuses[str(item["values"])] += int(item["counts"])
-    for batch in tables.batches("integrity/findings", ["severity", "code"], version.get(
-            "integrity/findings")):
-        for row in pa.Table.from_batches([batch]).group_by(["severity", "code"]).aggregate(
+    findings = tables.read("integrity/findings", ["severity", "code"],
+                           version.get("integrity/findings"))
+    if findings is not None:
+        for row in findings.group_by(["severity", "code"]).aggregate(
                 [("code", "count")]).to_pylist():
             run.codes[row["code"]] += row["code_count"]
             run.severity_codes[(row["severity"], row["code"])] += row["code_count"]

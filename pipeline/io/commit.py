@@ -798,16 +798,22 @@ class CommittedRun:
             was read (its clean-up deletes the older run's files).
         CorruptTableError
             A file the manifest names is not the Parquet it should be, or is gone while
-            the run is still the one in force (deleted by hand).
+            the run is still the one in force (deleted by hand); a Delta table or a file
+            of its version is gone, or does not read.
         """
         entry = self.datasets.get(dataset)
         if entry is None:
             raise FileNotFoundError(f"{self.location.url}: no committed dataset {dataset!r}")
-        try:
-            if "version" in entry:
-                from pipeline.io.delta import read_version  # see open_run
+        if "version" in entry:
+            from pipeline.io.delta import read_version  # see open_run
 
+            try:
                 return read_version(self.location, dataset, int(entry["version"]), columns)
+            except FileNotFoundError as err:  # never deleted by a newer commit
+                raise CorruptTableError(
+                    f"{self.location.url}: its {dataset} Delta table is gone, though its "
+                    "nights table names it") from err
+        try:
             fs = self.location.filesystem()
             # A listing this process cached before the run committed would not know its
             # files.
@@ -817,8 +823,7 @@ class CommittedRun:
                               filesystem=fs)
                 for name in entry["files"]])
         except FileNotFoundError as err:
-            if "version" not in entry and _run_id(read_manifest(self.location)) \
-                    == _run_id(self.manifest):
+            if _run_id(read_manifest(self.location)) == _run_id(self.manifest):
                 raise CorruptTableError(
                     f"{self.location.url}: its {dataset} table is damaged (a file its "
                     f"manifest names is gone: {printable(str(err), 200)}); write the run "

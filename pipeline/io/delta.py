@@ -16,7 +16,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import date
 from typing import Any, Literal
 
@@ -36,7 +36,12 @@ os.environ.setdefault(JEMALLOC_CONF, "dirty_decay_ms:0,muzzy_decay_ms:0")
 from deltalake import CommitProperties, DeltaTable, write_deltalake  # noqa: E402
 from deltalake.exceptions import DeltaError, TableNotFoundError  # noqa: E402
 
-from pipeline.errors import CommitError, StorageError, UsageError  # noqa: E402
+from pipeline.errors import (  # noqa: E402
+    CommitError,
+    CorruptTableError,
+    StorageError,
+    UsageError,
+)
 from pipeline.io.storage import Location, printable  # noqa: E402
 
 #: Where a Delta table keeps its log: a folder holding one is a table.
@@ -85,8 +90,26 @@ def table_uri(loc: Location, name: str) -> str:
                      f"({loc.protocol}:// is not supported by delta-rs)")
 
 
+#: What delta-rs adds to an error's text: colour codes, and a Rust backtrace after the
+#: message, from its first frame (``   0: <unknown>``) on.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_BACKTRACE = re.compile(r"\n\s*0: .*", re.DOTALL)
+#: What a damaged table's message tells its reader to do.
+_REPAIR = ("restore it (the bucket's versioning, a backup) or start the nightly over "
+           "into a new --out")
+
+
+def error_text(err: BaseException) -> str:
+    """A delta-rs error as one printable line: its message's lines joined, without
+    the colour codes, the ``↳`` of its causes and the Rust backtrace it may carry."""
+    message = _BACKTRACE.sub("", _ANSI.sub("", str(err)))
+    text = " ".join(filter(None, (line.strip().lstrip("\u21b3").strip()
+                                  for line in message.splitlines())))
+    return printable(f"{type(err).__name__}: {text}" if text else type(err).__name__, 300)
+
+
 def _storage(err: BaseException, where: str) -> StorageError:
-    return StorageError(f"{where}: {printable(f'{type(err).__name__}: {err}', 300)}")
+    return StorageError(f"{where}: {error_text(err)}")
 
 
 class Tables:
@@ -108,13 +131,18 @@ class Tables:
         ------
         StorageError
             The storage failed, or the version is expired.
+        CorruptTableError
+            The table's log does not read as Delta's.
         """
         try:
             return DeltaTable(self.uri(name), version=version, storage_options=self.options)
         except TableNotFoundError:
             return None
-        except (DeltaError, OSError) as err:
+        except OSError as err:  # delta-rs's storage failures
             raise _storage(err, self.uri(name)) from err
+        except DeltaError as err:  # a log that does not parse, a protocol it cannot read
+            raise CorruptTableError(f"{self.uri(name)}: the Delta table cannot be read "
+                                    f"({error_text(err)})") from err
 
     def version(self, name: str) -> int | None:
         """The newest version of the table, or ``None``."""
@@ -124,17 +152,53 @@ class Tables:
     def dataset(self, name: str, version: int | None = None) -> pads.Dataset | None:
         """The table at ``version`` as a pyarrow dataset (streamed, never read whole)."""
         table = self.open(name, version)
-        return None if table is None else table.to_pyarrow_dataset()
+        if table is None:
+            return None
+        try:
+            return table.to_pyarrow_dataset()
+        except DeltaError as err:  # a reader feature pyarrow's datasets lack
+            raise CorruptTableError(f"{self.uri(name)}: the Delta table cannot be read "
+                                    f"({error_text(err)})") from err
 
-    def batches(self, name: str, columns: list[str], version: int | None = None,
-                where: pads.Expression | None = None) -> Iterator[pa.RecordBatch]:
-        """Stream ``columns`` of the table at ``version`` (nothing when there is none)."""
+    def read(self, name: str, columns: list[str] | None = None, version: int | None = None,
+             where: pads.Expression | None = None) -> pa.Table | None:
+        """``columns`` (default all) of the table at ``version``, the rows ``where``
+        holds; ``None`` when there is no table.
+
+        Read by Arrow's scan in this thread (``use_threads=False``): on its threads,
+        when one data file failed, the reads of others still in flight through
+        delta-rs's file system aborted the process as it exited ("terminate called
+        without an active exception", exit 134; ``to_batches`` a segmentation fault).
+        On this machine it is as fast (docs/nightly.md, *Damaged tables*).
+
+        Raises
+        ------
+        CorruptTableError
+            A data file the newest version names is gone, or one of any version is not
+            Parquet.
+        StorageError
+            The storage failed, or a data file of an older version is gone (expired).
+        """
         data = self.dataset(name, version)
         if data is None:
-            return
+            return None
         try:
-            yield from data.to_batches(columns=columns, filter=where)
-        except (OSError, pa.ArrowException) as err:
+            return data.to_table(columns=columns, filter=where, use_threads=False)
+        except FileNotFoundError as err:
+            if version is not None and version != self.version(name):
+                # Vacuumed (--keep-days) once a newer version no longer needed it.
+                raise StorageError(
+                    f"{self.uri(name)}: version {version} no longer reads: a data file it "
+                    f"names is gone, expired by --keep-days or lost ({error_text(err)})"
+                ) from err
+            raise CorruptTableError(
+                f"{self.uri(name)}: the Delta table is damaged: a data file it names is "
+                f"gone ({error_text(err)}); {_REPAIR}") from err
+        except pa.ArrowException as err:
+            raise CorruptTableError(
+                f"{self.uri(name)}: the Delta table is damaged: a data file it names does "
+                f"not read ({error_text(err)}); {_REPAIR}") from err
+        except OSError as err:
             raise _storage(err, self.uri(name)) from err
 
     def write(self, name: str, data: pa.Table | pa.RecordBatchReader, *,
@@ -167,8 +231,7 @@ class Tables:
                                 schema_mode=schema_mode, commit_properties=commit,
                                 configuration=config)
         except (DeltaError, OSError, pa.ArrowException) as err:
-            raise CommitError(f"{self.uri(name)}: commit failed: "
-                              f"{printable(f'{type(err).__name__}: {err}', 300)}") from err
+            raise CommitError(f"{self.uri(name)}: commit failed: {error_text(err)}") from err
         version = self.version(name)
         assert version is not None
         return version
@@ -182,7 +245,7 @@ class Tables:
             table.restore(version)
         except (DeltaError, OSError) as err:
             raise CommitError(f"{self.uri(name)}: restore to version {version} failed: "
-                              f"{printable(str(err), 300)}") from err
+                              f"{error_text(err)}") from err
 
     def expire(self, names: Iterable[str], keep_hours: int) -> dict[str, int]:
         """Delete the files no version younger than ``keep_hours`` needs, and the log
@@ -232,10 +295,10 @@ def table_exists(loc: Location, name: str) -> bool:
 
 def nights(tables: Tables) -> list[dict[str, Any]]:
     """The committed nights, oldest first (one small row each)."""
-    data = tables.dataset(NIGHTS)
+    data = tables.read(NIGHTS)
     if data is None:
         return []
-    rows = data.to_table().to_pylist()
+    rows = data.to_pylist()
     return sorted(rows, key=lambda r: (r["committed_at"], r["run_id"]))
 
 
@@ -271,10 +334,9 @@ def read_version(out: Location, dataset: str, version: int,
                  columns: list[str] | None = None) -> pa.Table:
     """State table ``dataset`` at ``version`` (:func:`read_night`), only ``columns`` when
     given."""
-    data = Tables(out).dataset(dataset, version)
-    if data is None:
+    table = Tables(out).read(dataset, columns, version)
+    if table is None:
         raise FileNotFoundError(f"{out.url}: no committed dataset {dataset!r}")
-    table = data.to_table(columns=columns)
     table = table.drop_columns([c for c in (NIGHT, CREATED) if c in table.column_names])
     # Back to the nanoseconds every other vakpipe output has.
     return table.cast(pa.schema([

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -33,13 +35,14 @@ from jobs.nightly_tables import (
     run_nightly_tables,
 )
 from pipeline.cli import run
-from pipeline.errors import CommitError
+from pipeline.errors import CommitError, StorageError
 from pipeline.io.commit import read_dataset
+from pipeline.io.delta import error_text
 from pipeline.io.storage import resolve
 from pipeline.run.replay_batches import ReplayOptions
 from pipeline.synth.fleet import grow_session, write_fleet
 from tests.helpers.fleets import copied_fleet
-from tests.helpers.storage import BUCKET, plain_rows
+from tests.helpers.storage import BUCKET, plain_rows, vakpipe_exe
 from tests.integration.test_nightly import D1, D2, D3, DATASETS, clean_sessions
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -250,8 +253,8 @@ def test_keep_days_expires_old_versions_never_the_newest(
     fresh = tmp_path / "fresh"
     delta_night(archive, fresh, D3, scheduler)
     assert after == {d: as_of(fresh, D3, d) for d in DATASETS}
-    with pytest.raises(OSError):  # D1's files are expired
-        read_night(resolve(str(out)), "usage", D1)
+    with pytest.raises(StorageError, match="version 0 no longer reads: .* expired"):
+        read_night(resolve(str(out)), "usage", D1)  # D1's files are expired
 
 
 def test_tables_without_their_nights_table_refuse_a_first_night(
@@ -265,6 +268,69 @@ def test_tables_without_their_nights_table_refuse_a_first_night(
     assert run(cmd) == 2
     assert "--rebaseline" in capsys.readouterr().err
     assert run([*cmd, "--rebaseline"]) == 0
+
+
+def _data_file(table: Path) -> Path:
+    return sorted(table.rglob("part-*.parquet"))[0]
+
+
+def _newest_log(table: Path) -> Path:
+    return sorted((table / "_delta_log").glob("*.json"))[-1]
+
+
+#: Damage done to a Delta nightly output outside vakpipe (a lifecycle rule, a vacuum with
+#: a short retention, a partial copy), and what the one line then says.
+DAMAGES: dict[str, tuple[Callable[[Path], None], str]] = {
+    "a data file of nights gone": (lambda out: _data_file(out / NIGHTS).unlink(),
+                                   "nights: the Delta table is damaged: a data file it names is gone"),
+    "a data file of usage gone": (lambda out: _data_file(out / "usage").unlink(),
+                                  "usage: the Delta table is damaged: a data file it names is gone"),
+    "a data file of usage not Parquet": (
+        lambda out: _data_file(out / "usage").write_bytes(b"not parquet"),
+        "usage: the Delta table is damaged: a data file it names does not read"),
+    "a log entry that does not parse": (
+        lambda out: _newest_log(out / NIGHTS).open("a").write("garbage{\n"),
+        "nights: the Delta table cannot be read (DeltaError: "),
+}
+
+
+def test_a_damaged_table_is_one_line_for_its_readers_never_a_crash(
+    archive: Path, tmp_path: Path, scheduler: str
+) -> None:
+    """Through the entry point: a scan that failed on one file while Arrow's threads
+    still read others aborted the process at exit (exit 134, "terminate called without
+    an active exception"), after a message that blamed a newer commit."""
+    built = tmp_path / "built"
+    delta_night(archive, built, D1, scheduler)
+    for name, (damage, said) in DAMAGES.items():
+        out = tmp_path / name.replace(" ", "-")
+        shutil.copytree(built, out)
+        damage(out)
+        readers = [["cost", str(out)], ["dashboard", str(out), "--html",
+                                        str(tmp_path / f"{out.name}.html")]]
+        if "usage" not in name:  # the nightly reads nights, never the rows it keeps
+            readers.append(["nightly", str(archive), "--out", str(out), "--format",
+                            "delta", "--date", "2026-12-02", "--workers", "0",
+                            "--no-progress"])
+        for args in readers:
+            done = subprocess.run([vakpipe_exe(), *args], text=True,
+                                  capture_output=True, timeout=120, check=False)
+            lines = done.stderr.strip().splitlines()
+            assert (done.returncode, len(lines)) == (2, 1), (name, args[0], done.stderr)
+            assert lines[0].startswith("vakpipe: error: ") and said in lines[0], \
+                (name, args[0], lines[0])
+
+
+def test_a_delta_rs_error_is_one_line_without_its_colours_and_backtrace() -> None:
+    storage = OSError("Kernel error -> Generic S3 error\n  \x1b[31m\u21b3\x1b[0m "
+                      "Error performing GET http://127.0.0.1:1/b/_delta_log\n"
+                      "   \x1b[31m\u21b3\x1b[0m HTTP error")
+    assert error_text(storage) == ("OSError: Kernel error -> Generic S3 error Error "
+                                   "performing GET http://127.0.0.1:1/b/_delta_log HTTP error")
+    log = ValueError("Kernel error: Json error: unexpected 'g'\n   0: <unknown>\n"
+                     "  12: start_thread\n             at ./nptl/pthread_create.c:442:8\n")
+    assert error_text(log) == "ValueError: Kernel error: Json error: unexpected 'g'"
+    assert error_text(OSError()) == "OSError"
 
 
 def test_created_day_follows_the_uuidv7_then_the_first_timestamp() -> None:
