@@ -29,13 +29,14 @@ from pipeline.costs.dashboard import (
 )
 from pipeline.costs.pricing import load_prices
 from pipeline.costs.report import drop_copies, unknown_lines
-from pipeline.errors import UsageError
+from pipeline.errors import CorruptManifestError, UsageError
 from pipeline.io.commit import (
     CommittedRun,
     check_reader_output,
     committed_partitions,
     open_run,
     read_manifest,
+    unreadable_run,
 )
 from pipeline.io.delta import NIGHT, NIGHTS, Tables, table_exists
 from pipeline.io.delta import nights as committed_nights
@@ -74,11 +75,16 @@ def _runs(out: Location) -> list[tuple[str, CommittedRun]]:
     """``(label, run)`` of the runs shown, oldest first: OUT itself when it is a run,
     else its committed ``date=`` partitions (a folder without a manifest is a night that
     did not commit: left out), or a Delta nightly output's nights."""
-    manifest = read_manifest(out)
-    if manifest is not None:
-        run_id = str(manifest.get("run_id") or "run")
-        return [(run_id[:8] if run_id[:8].isdigit() else run_id, CommittedRun(out, manifest))]
-    runs = [(day, CommittedRun(loc, found)) for day, loc, found in committed_partitions(out)]
+    try:
+        manifest = read_manifest(out)
+        if manifest is not None:
+            run_id = str(manifest.get("run_id") or "run")
+            return [(run_id[:8] if run_id[:8].isdigit() else run_id,
+                     CommittedRun(out, manifest))]
+        runs = [(day, CommittedRun(loc, found))
+                for day, loc, found in committed_partitions(out)]
+    except CorruptManifestError as err:
+        raise unreadable_run(err) from err
     if not runs and table_exists(out, NIGHTS):
         # A Delta nightly output (`nightly --format delta`): one point per night
         # committed, each read as of itself (OUT/night=YYYY-MM-DD).

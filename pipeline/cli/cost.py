@@ -11,6 +11,7 @@ import click
 from pipeline.cli._exits import EXIT_BUDGET, EXIT_FINDINGS, EXIT_PARTIAL
 from pipeline.cli._options import (
     cluster_options,
+    force_option,
     keys_option,
     max_line_option,
     prices_option,
@@ -24,7 +25,7 @@ from pipeline.io.storage import check_output, parse_storage_options, resolve
 #: first) uses. The reporter's (--progress, --heartbeat, --log-format) are accepted
 #: without it: a display preference, with nothing to show.
 _AUDIT_OPTIONS = {"scheduler": "--scheduler", "workers": "--workers",
-                  "max_line_bytes": "--max-line-bytes"}
+                  "max_line_bytes": "--max-line-bytes", "force": "--force"}
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class AuditOptions:
 @cluster_options
 @progress_option
 @max_line_option
+@force_option
 @json_option
 @keys_option
 def cost(source: str, run_out: str | None, since: datetime | None, until: datetime | None,
@@ -93,8 +95,8 @@ def cost(source: str, run_out: str | None, since: datetime | None, until: dateti
 
     \b
     In one step from an archive: vakpipe cost ROOT --out OUT audits ROOT into OUT (as
-    vakpipe audit ROOT --out OUT does, with the same --scheduler, --workers, --progress
-    and --max-line-bytes), then prices that run.
+    vakpipe audit ROOT --out OUT does, with the same --scheduler, --workers, --progress,
+    --max-line-bytes and --force), then prices that run.
 
     \b
     Prints the cost table (a row per --by group, totals; --breakdown: per model). With

@@ -106,6 +106,22 @@ def recovering_manifests(enabled: bool = True) -> Iterator[None]:
         _RECOVER.reset(token)
 
 
+def refused_commit(err: CorruptManifestError) -> CorruptManifestError:
+    """``err`` (:func:`parse_manifest`'s) as a command that commits into the output says
+    it: with ``--force``, the way past it."""
+    return CorruptManifestError(
+        f"{err}; nothing was changed: rerun with --force to set it aside as "
+        f"{MANIFEST}.corrupt-<run_id> (nothing it names is deleted)")
+
+
+def unreadable_run(err: CorruptManifestError) -> CorruptManifestError:
+    """``err`` as a reader of a run says it: readers have no ``--force``; the command
+    that wrote the output has."""
+    return CorruptManifestError(
+        f"{err}; the run cannot be read: write it again (the command that wrote it, whose "
+        "--force sets this manifest aside; nothing it names is deleted)")
+
+
 def valid_dataset_name(name: object) -> bool:
     """Whether ``name`` is a dataset name vakpipe writes (see :data:`_DATASET_NAME`)."""
     return isinstance(name, str) and _DATASET_NAME.fullmatch(name) is not None
@@ -134,9 +150,7 @@ def parse_manifest(raw: bytes, where: str) -> dict[str, Any]:
         Anything else: a one-line message naming ``where`` and what is wrong.
     """
     def corrupt(why: str) -> CorruptManifestError:
-        return CorruptManifestError(
-            f"{where} is corrupt ({why}); nothing was changed: rerun with --force to set "
-            f"it aside as {MANIFEST}.corrupt-<run_id> (nothing it names is deleted)")
+        return CorruptManifestError(f"{where} is corrupt ({why})")
 
     try:
         manifest = json.loads(raw)
@@ -408,13 +422,7 @@ class StagedRun:
         """
         self.out.check_inside(self.out.join(MANIFEST))
         try:
-            previous = _load_manifest(self.out)
-        except CorruptManifestError:
-            if not _RECOVER.get():
-                raise
-            previous = None
-        try:
-            paths = self._paths(previous, set(files))
+            paths = self._paths(self._previous(), set(files))
             if root is not None:
                 check_output(root, self.out, [path for path, _ in paths])
         except storage_errors() as err:
@@ -438,6 +446,16 @@ class StagedRun:
             out.check_inside(path, leaf=refuse_link)
         return paths
 
+    def _previous(self) -> dict[str, Any] | None:
+        """The manifest in force under ``OUT``; a corrupt one stops the commit (nothing
+        touched) or, with ``--force``, reads as none."""
+        try:
+            return _load_manifest(self.out)
+        except CorruptManifestError as err:
+            if not _RECOVER.get():
+                raise refused_commit(err) from err
+            return None
+
     def _previous_or_aside(self) -> None:
         """Load the previous manifest before anything moves; a corrupt one stops the
         commit (nothing touched) or, with ``--force``, is set aside."""
@@ -445,9 +463,9 @@ class StagedRun:
         self.out.check_inside(manifest)
         try:
             _load_manifest(self.out)
-        except CorruptManifestError:
+        except CorruptManifestError as err:
             if not _RECOVER.get():
-                raise
+                raise refused_commit(err) from err
             self._move(manifest, self.out.join(f"{MANIFEST}.corrupt-{self.run_id}"))
 
     def _move(self, source: str, target: str) -> None:
@@ -540,7 +558,7 @@ class StagedRun:
         rows: dict[str, int] = {}
         try:
             self._previous_or_aside()
-            self._paths(_load_manifest(self.out), set())
+            self._paths(self._previous(), set())
             moves: list[tuple[str, str]] = []
             for dataset, parts in self._parts.items():
                 final_dir = self.out.join(dataset)
@@ -556,7 +574,7 @@ class StagedRun:
             self._move_all(moves)
             # Read again right before ours replaces it (another run may have committed
             # meanwhile); checked as the first read was.
-            previous = read_manifest(self.out)
+            previous = self._previous()
             self._paths(previous, set())
             for dataset, rels in self._files.items():
                 self._move_all([(posixpath.join(self.stage_dir(dataset), rel),
@@ -977,16 +995,19 @@ def open_run(out: Location) -> CommittedRun | None:
     Raises
     ------
     CorruptManifestError
-        A manifest is not one vakpipe writes.
+        A manifest is not one vakpipe writes (:func:`unreadable_run`).
     """
-    manifest = read_manifest(out)
-    if manifest is not None:
-        return CommittedRun(out, manifest)
-    for _, name in reversed(_partition_names(out)):
-        loc = out.child(name)
-        manifest = read_manifest(loc)
+    try:
+        manifest = read_manifest(out)
         if manifest is not None:
-            return CommittedRun(loc, manifest)
+            return CommittedRun(out, manifest)
+        for _, name in reversed(_partition_names(out)):
+            loc = out.child(name)
+            manifest = read_manifest(loc)
+            if manifest is not None:
+                return CommittedRun(loc, manifest)
+    except CorruptManifestError as err:
+        raise unreadable_run(err) from err
     # Imported only for a Delta output: deltalake takes ~0.2 s to import, a tenth of
     # what ``vakpipe cost`` of a run's output costs.
     from pipeline.io.delta import nightly_manifest

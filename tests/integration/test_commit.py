@@ -577,10 +577,12 @@ def test_a_corrupt_manifest_stops_read_and_commit_until_forced(tmp_path: Path) -
         read_manifest(out)
     with pytest.raises(CorruptManifestError):
         read_dataset(out, SESSIONS)
+    with pytest.raises(CorruptManifestError, match="cannot be read: write it again"):
+        open_run(out)  # a reader has no --force
     run = staged(out, "run-2", {0: ["b"]})
-    with pytest.raises(CorruptManifestError):
+    with pytest.raises(CorruptManifestError, match="rerun with --force"):
         run.preflight()
-    with pytest.raises(CorruptManifestError):
+    with pytest.raises(CorruptManifestError, match="rerun with --force"):
         run.commit({})
     run.abort()
     assert snapshot(out) == before  # nothing moved, nothing deleted

@@ -104,6 +104,34 @@ def test_2_an_output_that_takes_no_write(fleet: Path, tmp_path: Path) -> None:
     assert str(blocker) in line
 
 
+def test_2_a_corrupt_manifest_names_the_way_past_it_each_command_has(
+    fleet: Path, tmp_path: Path
+) -> None:
+    """A command that commits into OUT names its ``--force``; a reader of the run, which
+    has none, says to write the run again (before: every one said "rerun with --force",
+    and the one-step ``cost ROOT --out OUT`` had no ``--force`` either)."""
+    def plain(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([vakpipe_exe(), *args], capture_output=True, text=True,
+                              timeout=120, check=False)
+
+    out = tmp_path / "out"
+    assert vakpipe("audit", str(fleet), "--out", str(out)).returncode == EXIT_OK
+    (out / "_manifest.json").write_text('{"datasets": ')
+    for args in (["cost", str(out)], ["dashboard", str(out), "--html", str(tmp_path / "d.html")],
+                 ["export", "otel", str(out), "--file", str(tmp_path / "spans.json")]):
+        line = one_error_line(plain(*args))
+        assert "_manifest.json is corrupt (not JSON" in line, line
+        assert "the run cannot be read: write it again" in line and "rerun" not in line, line
+    for command in ("audit", "cost"):
+        line = one_error_line(vakpipe(command, str(fleet), "--out", str(out)))
+        assert "nothing was changed: rerun with --force to set it aside" in line, line
+    line = one_error_line(plain("cost", str(out), "--force"))
+    assert "--force: options of the audit, only with --out" in line
+    done = vakpipe("cost", str(fleet), "--out", str(out), "--force")
+    assert done.returncode == EXIT_OK, done.stderr
+    assert [p.read_text() for p in out.glob("_manifest.json.corrupt-*")] == ['{"datasets": ']
+
+
 def test_3_a_partial_run(fleet: Path, tmp_path: Path) -> None:
     flat = tmp_path / "flat"
     flat.mkdir()

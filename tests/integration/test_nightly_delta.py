@@ -253,7 +253,7 @@ def test_keep_days_expires_old_versions_never_the_newest(
     fresh = tmp_path / "fresh"
     delta_night(archive, fresh, D3, scheduler)
     assert after == {d: as_of(fresh, D3, d) for d in DATASETS}
-    with pytest.raises(StorageError, match="version 0 no longer reads: .* expired"):
+    with pytest.raises(StorageError, match=r"version 0 no longer reads: .* expired"):
         read_night(resolve(str(out)), "usage", D1)  # D1's files are expired
 
 
@@ -280,11 +280,12 @@ def _newest_log(table: Path) -> Path:
 
 #: Damage done to a Delta nightly output outside vakpipe (a lifecycle rule, a vacuum with
 #: a short retention, a partial copy), and what the one line then says.
+GONE = "the Delta table is damaged: a data file it names is gone"
 DAMAGES: dict[str, tuple[Callable[[Path], None], str]] = {
     "a data file of nights gone": (lambda out: _data_file(out / NIGHTS).unlink(),
-                                   "nights: the Delta table is damaged: a data file it names is gone"),
+                                   f"nights: {GONE}"),
     "a data file of usage gone": (lambda out: _data_file(out / "usage").unlink(),
-                                  "usage: the Delta table is damaged: a data file it names is gone"),
+                                  f"usage: {GONE}"),
     "a data file of usage not Parquet": (
         lambda out: _data_file(out / "usage").write_bytes(b"not parquet"),
         "usage: the Delta table is damaged: a data file it names does not read"),
