@@ -845,7 +845,7 @@ class CommittedRun:
                 raise CorruptTableError(
                     f"{self.location.url}: its {dataset} table is damaged (a file its "
                     f"manifest names is gone: {printable(str(err), 200)}); write the run "
-                    "again (the audit that wrote it)") from err
+                    "again (the command that wrote it)") from err
             raise RunReplacedError(
                 f"{self.location.url}: run {self.manifest.get('run_id')} was replaced by a "
                 f"newer commit while it was read ({dataset}); read it again") from err
@@ -853,7 +853,7 @@ class CommittedRun:
             text = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise CorruptTableError(
                 f"{self.location.url}: its {dataset} table is damaged ({printable(text, 200)});"
-                " write the run again (the audit that wrote it)") from err
+                " write the run again (the command that wrote it)") from err
 
     def read_optional(self, dataset: str) -> pa.Table | None:
         """:meth:`read`, or ``None`` when the run did not write ``dataset``."""
