@@ -35,7 +35,7 @@ from jobs.nightly_tables import (
     run_nightly_tables,
 )
 from pipeline.cli import run
-from pipeline.errors import CommitError, StorageError
+from pipeline.errors import BaselineError, CommitError, StorageError
 from pipeline.io.commit import read_dataset
 from pipeline.io.delta import error_text
 from pipeline.io.storage import resolve
@@ -332,6 +332,29 @@ def test_a_delta_rs_error_is_one_line_without_its_colours_and_backtrace() -> Non
                      "  12: start_thread\n             at ./nptl/pthread_create.c:442:8\n")
     assert error_text(log) == "ValueError: Kernel error: Json error: unexpected 'g'"
     assert error_text(OSError()) == "OSError"
+
+
+def test_a_state_table_gone_or_set_back_is_refused_until_a_rebaseline(
+    archive: Path, tmp_path: Path, scheduler: str
+) -> None:
+    """Before: a night started a deleted table over with its own rows only (every session
+    carried forward lost from it, in silence), and tried to "restore" a table copied
+    back from an older night to a version its log did not have."""
+    out, older = tmp_path / "out", tmp_path / "older-usage"
+    delta_night(archive, out, D1, scheduler)
+    shutil.copytree(out / "usage", older)
+    grow_session(resolve(str(archive)), clean_sessions(archive)[0], entries=2)
+    delta_night(archive, out, D2, scheduler)
+    whole = as_of(out, D2, "usage")
+    shutil.rmtree(out / "usage")
+    with pytest.raises(BaselineError, match=r"usage: the Delta table is gone, but the "
+                                            r"2026-12-02 night names its version 1"):
+        delta_night(archive, out, D3, scheduler)
+    shutil.copytree(older, out / "usage")
+    with pytest.raises(BaselineError, match=r"is at version 0, but .* --rebaseline"):
+        delta_night(archive, out, D3, scheduler)
+    delta_night(archive, out, D3, scheduler, rebaseline=True)
+    assert as_of(out, D3, "usage") == whole
 
 
 def test_created_day_follows_the_uuidv7_then_the_first_timestamp() -> None:
