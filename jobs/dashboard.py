@@ -32,6 +32,7 @@ from pipeline.costs.report import drop_copies, unknown_lines
 from pipeline.errors import CorruptManifestError, UsageError
 from pipeline.io.commit import (
     CommittedRun,
+    check_named_night,
     check_reader_output,
     committed_partitions,
     open_run,
@@ -93,6 +94,7 @@ def _runs(out: Location) -> list[tuple[str, CommittedRun]]:
             if night is not None:
                 runs.append((day, night))
     if not runs:
+        check_named_night(out)
         raise UsageError(f"{out.url}: no committed run and no nightly partition (date=…) "
                          "with one; run `vakpipe audit` or `vakpipe nightly` into it first")
     return runs

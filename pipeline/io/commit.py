@@ -47,6 +47,7 @@ from pipeline.errors import (
     PipelineError,
     RunReplacedError,
     UnsafeOutputError,
+    UsageError,
 )
 from pipeline.io.archive import ARCHIVE
 from pipeline.io.storage import (
@@ -1008,12 +1009,34 @@ def open_run(out: Location) -> CommittedRun | None:
                 return CommittedRun(loc, manifest)
     except CorruptManifestError as err:
         raise unreadable_run(err) from err
+    check_named_night(out)
     # Imported only for a Delta output: deltalake takes ~0.2 s to import, a tenth of
     # what ``vakpipe cost`` of a run's output costs.
     from pipeline.io.delta import nightly_manifest
 
     night = nightly_manifest(out)
     return None if night is None else CommittedRun(*night)
+
+
+def check_named_night(out: Location) -> None:
+    """Refuse ``OUT/date=D`` that holds no committed run when ``OUT`` is a nightly
+    output: a night it did not commit (or a date that is none), said as such and with
+    the nights it has, not as an archive to audit.
+
+    Raises
+    ------
+    UsageError
+        ``out`` is such a night.
+    """
+    named = NIGHT_PARTITION.match(out.path.rstrip("/").rsplit("/", 1)[-1])
+    if named is None:
+        return
+    days = [day for day, _ in _partition_names(out.parent)]
+    if days:
+        from pipeline.io.delta import nights_span  # see open_run
+
+        raise UsageError(f"{out.parent.url} has no night committed on {named.group(1)}; "
+                         f"its nights: {nights_span(days)}")
 
 
 def _partition_names(out: Location) -> list[tuple[str, str]]:

@@ -12,7 +12,6 @@ Only this module imports ``deltalake``; the storage errors it raises become
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -350,13 +349,21 @@ def nightly_output(out: Location) -> tuple[Location, date | None] | None:
     newest); else ``None``. Only local and S3 outputs can be one."""
     if out.protocol not in ("file", "s3"):
         return None
-    base, night = out, None
     found = NIGHT_SUFFIX.match(out.path)
-    if found is not None:
-        parent = found.group(1)
-        base = dataclasses.replace(out, url=out.url.rsplit("/night=", 1)[0], path=parent)
-        night = date.fromisoformat(found.group(2))
-    return (base, night) if table_exists(base, NIGHTS) else None
+    base = out.parent if found is not None else out
+    if not table_exists(base, NIGHTS):
+        return None
+    if found is None:
+        return base, None
+    try:
+        return base, date.fromisoformat(found.group(2))
+    except ValueError as err:
+        raise UsageError(f"{out.url}: night={found.group(2)} is not a date ({err})") from err
+
+
+def nights_span(days: list[str]) -> str:
+    """The nights of an output, said in a line: the first and the last, and how many."""
+    return days[0] if len(days) == 1 else f"{days[0]} ... {days[-1]} ({len(days)})"
 
 
 def night_summary(row: dict[str, Any]) -> dict[str, Any]:
@@ -371,16 +378,25 @@ def nightly_manifest(out: Location) -> tuple[Location, dict[str, Any]] | None:
     run (:func:`pipeline.io.commit.open_run`): the output, and a manifest-shaped view of
     the night (run id, summary fields, and each dataset's version that night, which
     :meth:`~pipeline.io.commit.CommittedRun.read` reads); ``None`` when ``out`` is
-    none."""
+    none.
+
+    Raises
+    ------
+    UsageError
+        ``out`` names a night (``OUT/night=D``) the output did not commit, or no date.
+    """
     found = nightly_output(out)
     if found is None:
         return None
     base, night = found
-    rows = nights(Tables(base))
-    if night is not None:
-        rows = [r for r in rows if r[NIGHT] == night.isoformat()]
+    committed = nights(Tables(base))
+    rows = committed if night is None else [r for r in committed
+                                             if r[NIGHT] == night.isoformat()]
     if not rows:
-        return None
+        if night is None or not committed:
+            return None
+        raise UsageError(f"{base.url} has no night committed on {night.isoformat()}; its "
+                         f"nights: {nights_span(sorted({r[NIGHT] for r in committed}))}")
     last = rows[-1]
     versions = json.loads(last["versions"])
     return base, {

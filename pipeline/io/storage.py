@@ -174,6 +174,12 @@ class Location:
         return dataclasses.replace(self, url=f"{self.url.rstrip('/')}/{name}",
                                    path=self.join(name))
 
+    @property
+    def parent(self) -> Location:
+        """The location one segment up: the inverse of :meth:`child`."""
+        return dataclasses.replace(self, url=self.url.rstrip("/").rsplit("/", 1)[0],
+                                   path=posixpath.dirname(self.path.rstrip("/")))
+
     def contains(self, other: Location) -> bool:
         """Whether ``other`` lies at or below this location on the same storage."""
         if self.protocol != other.protocol:

@@ -398,6 +398,18 @@ def test_cost_and_regress_read_a_night_of_the_tables(
     from_parts = capsys.readouterr().out
     figures = [line for line in from_parts.splitlines() if "$" in line]
     assert figures and figures == [line for line in from_tables.splitlines() if "$" in line]
+    # A night the output did not commit: said so, with its nights (before: "no committed
+    # run ... audit it", or for night=2026-13-45 a traceback).
+    for missing, nights in ((tables / "night=2026-11-30", "2026-12-01 ... 2026-12-02 (2)"),
+                            (parts / "date=2026-11-30", "2026-12-01")):
+        assert run(["cost", str(missing)]) == 2
+        assert capsys.readouterr().err.endswith(
+            f"has no night committed on 2026-11-30; its nights: {nights}\n")
+    assert run(["dashboard", str(parts / "date=2026-11-30"), "--html",
+                str(tmp_path / "d.html")]) == 2
+    assert "has no night committed on 2026-11-30" in capsys.readouterr().err
+    assert run(["cost", str(tables / "night=2026-13-45")]) == 2
+    assert "night=2026-13-45 is not a date" in capsys.readouterr().err
     # The newest night, as the baseline of a regression check.
     assert run(["regress", str(archive), "--out", str(tmp_path / "reg"), "--candidate", "v1",
                 "--baseline-run", str(tables), "--scheduler", scheduler,
