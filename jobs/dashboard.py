@@ -29,7 +29,7 @@ from pipeline.costs.dashboard import (
 )
 from pipeline.costs.pricing import load_prices
 from pipeline.costs.report import drop_copies, unknown_lines
-from pipeline.errors import CorruptManifestError, UsageError
+from pipeline.errors import CorruptManifestError, ExpiredVersionError, UsageError
 from pipeline.io.commit import (
     CommittedRun,
     check_named_night,
@@ -39,7 +39,7 @@ from pipeline.io.commit import (
     read_manifest,
     unreadable_run,
 )
-from pipeline.io.delta import NIGHT, NIGHTS, Tables, table_exists
+from pipeline.io.delta import NIGHT, NIGHTS, Tables, nights_span, table_exists
 from pipeline.io.delta import nights as committed_nights
 from pipeline.io.files import write_file
 from pipeline.io.storage import Location, storage_error, storage_errors
@@ -61,6 +61,8 @@ class DashboardOutcome:
     tokens_saved: int | None
     billed_usd: float
     wasted_usd: float
+    #: Nights whose tables retention expired (``nightly --keep-days``): left out.
+    expired: list[str]
 
     def as_dict(self) -> dict[str, Any]:
         """The ``--json`` document."""
@@ -69,7 +71,7 @@ class DashboardOutcome:
                             "findings": n.severities, "codes": n.codes} for n in self.nights],
                 "sessions_needing_packets": self.sessions_needing_packets,
                 "tokens_saved": self.tokens_saved, "billed_usd": self.billed_usd,
-                "wasted_usd": self.wasted_usd}
+                "wasted_usd": self.wasted_usd, "expired_nights": self.expired}
 
 
 def _runs(out: Location) -> list[tuple[str, CommittedRun]]:
@@ -129,12 +131,16 @@ def dashboard_job(out: Location, *, html: Location | None = None,
                                  f"{replays_hint(run.location, run.datasets)}")
             # The page lands in no archive a night read, on no night's files.
             check_reader_output(run, out, dest, folder=False)
-        nights, sessions = [], None
+        nights, sessions, expired = [], None, []
         for label, run in runs:
             # Only what the page shows: a year of nights is 365 tables of each.
-            sessions = run.read("integrity/sessions", SESSION_COLUMNS)
-            nights.append(night_of(label, sessions,
-                                   run.read("integrity/findings", FINDING_COLUMNS),
+            try:
+                sessions = run.read("integrity/sessions", SESSION_COLUMNS)
+                findings = run.read("integrity/findings", FINDING_COLUMNS)
+            except ExpiredVersionError:  # never the newest night's
+                expired.append(label)
+                continue
+            nights.append(night_of(label, sessions, findings,
                                    partial=InputRun.of(run.location.url, run.manifest).partial))
         _, newest = runs[-1]
         usage = newest.read_optional("usage")
@@ -158,10 +164,12 @@ def dashboard_job(out: Location, *, html: Location | None = None,
         source=out.url, run_id=newest.manifest.get("run_id"), nights=nights, cost=cost,
         top_waste=waste,
         saturation=saturation_by_model(requests) if requests is not None else None,
-        packets=packets, prices=f"prices: {table.source}", unpriced=unpriced)
+        packets=packets, prices=f"prices: {table.source}", unpriced=unpriced,
+        expired=expired)
     write_file(dest, render_dashboard(page).encode("utf-8"))
     return DashboardOutcome(dest.url, nights, packets.sessions if packets else None,
-                            packets.tokens_saved if packets else None, billed, wasted)
+                            packets.tokens_saved if packets else None, billed, wasted,
+                            expired)
 
 
 def print_dashboard(outcome: DashboardOutcome) -> None:
@@ -174,4 +182,7 @@ def print_dashboard(outcome: DashboardOutcome) -> None:
     click.echo(f"dashboard: {len(outcome.nights):,} night(s), newest {last.label}: "
                f"{last.sessions:,} sessions, {findings:,} findings; billed "
                f"${outcome.billed_usd:,.2f}, wasted ${outcome.wasted_usd:,.2f}{packets}")
+    if outcome.expired:
+        click.echo(f"  earlier nights not shown, their tables expired by --keep-days: "
+                   f"{nights_span(outcome.expired)}")
     click.echo(f"  page: {outcome.path}")

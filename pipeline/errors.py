@@ -30,6 +30,11 @@ class RunReplacedError(StorageError):
     file its manifest names is gone): read it again."""
 
 
+class ExpiredVersionError(StorageError):
+    """A past version of a Delta table whose files retention (``nightly --keep-days``)
+    deleted: the night that version belongs to no longer reads."""
+
+
 class CorruptTableError(PipelineError, ValueError):
     """A table of a committed run does not read as the Parquet its manifest names (a
     part cut short, overwritten, or of another schema)."""

@@ -81,6 +81,8 @@ class DashboardPage:
     packets: PacketSavings | None
     prices: str
     unpriced: list[str] = field(default_factory=list)
+    #: Nights whose tables retention (``nightly --keep-days``) expired: not shown.
+    expired: list[str] = field(default_factory=list)
 
 
 #: The columns of a night's ``integrity/sessions`` and ``integrity/findings`` the page
@@ -330,6 +332,10 @@ def render_dashboard(page: DashboardPage) -> str:
     meta = (f"source <code>{html.escape(page.source)}</code>; newest: "
             f"<code>{html.escape(newest)}</code> (run <code>{html.escape(page.run_id or '?')}"
             f"</code>); {html.escape(page.prices)}")
+    if page.expired:
+        span = " ... ".join(dict.fromkeys((page.expired[0], page.expired[-1])))
+        meta += (f"; {len(page.expired):,} earlier night(s) not shown, their tables expired "
+                 f"by --keep-days ({html.escape(span)})")
     return "".join([
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         "<title>vakpipe fleet dashboard</title>", f"<style>{PAGE_CSS}</style></head><body>",

@@ -38,6 +38,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError  # noqa: E402
 from pipeline.errors import (  # noqa: E402
     CommitError,
     CorruptTableError,
+    ExpiredVersionError,
     StorageError,
     UsageError,
 )
@@ -175,8 +176,10 @@ class Tables:
         CorruptTableError
             A data file the newest version names is gone, or one of any version is not
             Parquet.
+        ExpiredVersionError
+            A data file of an older version is gone (expired by ``--keep-days``).
         StorageError
-            The storage failed, or a data file of an older version is gone (expired).
+            The storage failed.
         """
         data = self.dataset(name, version)
         if data is None:
@@ -186,7 +189,7 @@ class Tables:
         except FileNotFoundError as err:
             if version is not None and version != self.version(name):
                 # Vacuumed (--keep-days) once a newer version no longer needed it.
-                raise StorageError(
+                raise ExpiredVersionError(
                     f"{self.uri(name)}: version {version} no longer reads: a data file it "
                     f"names is gone, expired by --keep-days or lost ({error_text(err)})"
                 ) from err

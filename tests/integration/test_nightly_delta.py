@@ -25,6 +25,7 @@ import pytest
 from deltalake import DeltaTable
 
 import jobs.nightly_tables as nt
+from jobs.dashboard import dashboard_job
 from jobs.nightly_audit import partition, run_nightly
 from jobs.nightly_tables import (
     HISTORY,
@@ -35,7 +36,7 @@ from jobs.nightly_tables import (
     run_nightly_tables,
 )
 from pipeline.cli import run
-from pipeline.errors import BaselineError, CommitError, StorageError
+from pipeline.errors import BaselineError, CommitError, ExpiredVersionError
 from pipeline.io.commit import read_dataset
 from pipeline.io.delta import error_text
 from pipeline.io.storage import resolve
@@ -253,8 +254,16 @@ def test_keep_days_expires_old_versions_never_the_newest(
     fresh = tmp_path / "fresh"
     delta_night(archive, fresh, D3, scheduler)
     assert after == {d: as_of(fresh, D3, d) for d in DATASETS}
-    with pytest.raises(StorageError, match=r"version 0 no longer reads: .* expired"):
+    with pytest.raises(ExpiredVersionError, match=r"version 0 no longer reads: .* expired"):
         read_night(resolve(str(out)), "usage", D1)  # D1's files are expired
+    # The dashboard shows the nights that still read, and says which did not (before:
+    # exit 2 on the first expired night, for as long as the output kept any).
+    page = dashboard_job(resolve(str(out)), html=resolve(str(tmp_path / "page.html")))
+    assert page.expired[:1] == [D1.isoformat()] and page.nights[-1].label == D3.isoformat()
+    assert [*page.expired, *(n.label for n in page.nights)] == \
+        [d.isoformat() for d in (D1, D2, D3)]
+    assert "not shown, their tables expired by --keep-days" in \
+        (tmp_path / "page.html").read_text()
 
 
 def test_tables_without_their_nights_table_refuse_a_first_night(
