@@ -575,7 +575,7 @@ class StagedRun:
             self._move_all(moves)
             # Read again right before ours replaces it (another run may have committed
             # meanwhile); checked as the first read was.
-            previous = self._previous()
+            previous = read_manifest(self.out)
             self._paths(previous, set())
             for dataset, rels in self._files.items():
                 self._move_all([(posixpath.join(self.stage_dir(dataset), rel),

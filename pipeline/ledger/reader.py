@@ -33,6 +33,7 @@ from pipeline.ledger.kernel import scan as _scan
 from pipeline.ledger.kernel import work_quirk_c as _work_quirk_c
 from pipeline.ledger.kernel import worth_it as _worth_it
 from pipeline.ledger.kernel import worth_it_c as _WORTH_IT_C
+from pipeline.ledger.nesting import nested_deeper_than
 from pipeline.ledger.redact import quote, redact
 from pipeline.ledger.types import Code, Finding, OversizeLine
 
@@ -308,6 +309,8 @@ def _work_quirk(body: bytes) -> bool:
     """
     if _work_quirk_c is not None and (told := _work_quirk_c(body)) is not None:
         return told
+    if nested_deeper_than(body):  # as json fails on 3.11, on every Python
+        return False
     try:
         top = json.loads(body, object_pairs_hook=_pairs_hook)
     except (ValueError, RecursionError):
@@ -503,6 +506,8 @@ def duplicate_role(body: bytes, entry: Entry) -> Finding | None:
     and JavaScript's, keeps the last; serde refuses the line), so the message's role,
     which decides whether it is a request or a turn, is in doubt. Read as the last.
     """
+    if nested_deeper_than(body):
+        return None
     try:
         top = json.loads(body, object_pairs_hook=_roles_hook)
     except (ValueError, RecursionError):

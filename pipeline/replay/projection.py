@@ -19,6 +19,7 @@ import orjson
 
 from pipeline import plugins
 from pipeline.errors import PluginError
+from pipeline.ledger.nesting import nested_deeper_than
 from pipeline.ledger.types import as_dict, dicts
 
 #: Tools whose result is a presentation card: in Full their result becomes a short ack.
@@ -111,7 +112,7 @@ def digest_result(content: str, *, tool: str, is_error: bool, evidence_id: str) 
         return content
     body: str | None = None
     stripped = content.lstrip()
-    if stripped[:1] in ("[", "{"):
+    if stripped[:1] in ("[", "{") and not nested_deeper_than(content):
         try:
             body = _json_digest(json.loads(content))
         except (ValueError, RecursionError):
