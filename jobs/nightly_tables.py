@@ -41,6 +41,7 @@ from pipeline.errors import BaselineError, UsageError
 from pipeline.io.commit import StagedRun, new_run_id, other_archive, read_manifest, remove_tree
 from pipeline.io.delta import (
     CREATED,
+    HISTORY,
     NIGHT,
     NIGHTS,
     Tables,
@@ -67,7 +68,6 @@ from pipeline.tables.schemas import CHECKPOINTS_SCHEMA, findings_table, sessions
 #: The state tables, in the order a night commits them.
 STATE = ("integrity/sessions", "integrity/findings", "usage", "subagents", "turns",
          "requests", "compaction", "checkpoints")
-HISTORY = "history"
 #: The columns whose file statistics the tables keep: what a night's predicate and a
 #: reader's usual filters prune files by.
 STATS = ("session_path", NIGHT, CREATED)

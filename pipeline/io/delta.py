@@ -48,6 +48,8 @@ from pipeline.io.storage import Location, printable  # noqa: E402
 DELTA_LOG = "_delta_log"
 #: The nightly's table of committed nights (one row each), and its columns' names.
 NIGHTS = "nights"
+#: The findings of every night, appended to (never rewritten, as ``nights``).
+HISTORY = "history"
 NIGHT = "night"
 CREATED = "created"
 #: ``OUT/night=YYYY-MM-DD``: how readers (``vakpipe cost``, ``regress --baseline-run``)
@@ -94,9 +96,17 @@ def table_uri(loc: Location, name: str) -> str:
 #: message, from its first frame (``   0: <unknown>``) on.
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _BACKTRACE = re.compile(r"\n\s*0: .*", re.DOTALL)
-#: What a damaged table's message tells its reader to do.
-_REPAIR = ("restore it (the bucket's versioning, a backup) or start the nightly over "
-           "into a new --out")
+
+
+def _repair(name: str) -> str:
+    """What a damaged table's message tells its reader to do: a state table is
+    rewritten whole by a night with ``--rebaseline``; ``nights`` and ``history`` are
+    only ever appended to."""
+    if name in (NIGHTS, HISTORY):
+        return ("restore it (the bucket's versioning, a backup), or start the nightly over "
+                "into a new --out")
+    return ("restore it (the bucket's versioning, a backup), or run the nightly with "
+            "--rebaseline (every session read again, every table rewritten)")
 
 
 def error_text(err: BaseException) -> str:
@@ -195,11 +205,11 @@ class Tables:
                 ) from err
             raise CorruptTableError(
                 f"{self.uri(name)}: the Delta table is damaged: a data file it names is "
-                f"gone ({error_text(err)}); {_REPAIR}") from err
+                f"gone ({error_text(err)}); {_repair(name)}") from err
         except pa.ArrowException as err:
             raise CorruptTableError(
                 f"{self.uri(name)}: the Delta table is damaged: a data file it names does "
-                f"not read ({error_text(err)}); {_REPAIR}") from err
+                f"not read ({error_text(err)}); {_repair(name)}") from err
         except OSError as err:
             raise _storage(err, self.uri(name)) from err
 
