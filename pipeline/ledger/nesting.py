@@ -3,10 +3,11 @@
 A few checks parse a line again with Python's ``json`` (a pairs hook sees repeated
 keys, which orjson drops). How deep ``json`` goes depends on the interpreter: Python
 3.11 raises ``RecursionError`` near ``sys.getrecursionlimit()`` (1,000), 3.12 and later
-parse far deeper. So those checks first ask :func:`nested_deeper_than`
-:data:`MAX_NESTING`, the depth past which the C kernel's grammar defers too, and a
-text nested deeper is read as those checks read an unparsable one: no quirk, no
-repeated role, no JSON digest (docs/audit.md, "Lines and the chain").
+parse far deeper. So once ``json`` has parsed a text, those checks ask
+:func:`nested_deeper_than` :data:`MAX_NESTING`, the depth past which the C kernel's
+grammar defers too, and a text nested deeper is read as those checks read an
+unparsable one: no quirk, no repeated role, no JSON digest (docs/audit.md, "Lines and
+the chain").
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ _OPENING = frozenset(b"[{")
 def nested_deeper_than(text: bytes | str, limit: int = MAX_NESTING) -> bool:
     """Whether arrays and objects in ``text`` nest more than ``limit`` deep (brackets
     inside strings aside). Cheap for the usual line: one that holds no more than
-    ``limit`` opening brackets is not looked at further."""
+    ``limit`` opening brackets is not looked at further.
+
+    ``text`` is one ``json`` parsed: in a text whose strings are not all closed, the
+    string pattern would be tried again from every quote (quadratic time)."""
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     if data.count(b"[") + data.count(b"{") <= limit:
         return False

@@ -309,11 +309,11 @@ def _work_quirk(body: bytes) -> bool:
     """
     if _work_quirk_c is not None and (told := _work_quirk_c(body)) is not None:
         return told
-    if nested_deeper_than(body):  # as json fails on 3.11, on every Python
-        return False
     try:
         top = json.loads(body, object_pairs_hook=_pairs_hook)
     except (ValueError, RecursionError):
+        return False
+    if nested_deeper_than(body):  # as json fails on 3.11, on every Python
         return False
     kinds = getattr(top, "kinds", [])
     return len(kinds) == 2 and kinds[0] == "work" and isinstance(kinds[1], dict)
@@ -506,11 +506,11 @@ def duplicate_role(body: bytes, entry: Entry) -> Finding | None:
     and JavaScript's, keeps the last; serde refuses the line), so the message's role,
     which decides whether it is a request or a turn, is in doubt. Read as the last.
     """
-    if nested_deeper_than(body):
-        return None
     try:
         top = json.loads(body, object_pairs_hook=_roles_hook)
     except (ValueError, RecursionError):
+        return None
+    if nested_deeper_than(body):  # as json fails on 3.11, on every Python
         return None
     roles = getattr(top.get("message") if isinstance(top, dict) else None, "roles", [])
     if len(roles) < 2 or all(r == roles[0] for r in roles):

@@ -112,9 +112,11 @@ def digest_result(content: str, *, tool: str, is_error: bool, evidence_id: str) 
         return content
     body: str | None = None
     stripped = content.lstrip()
-    if stripped[:1] in ("[", "{") and not nested_deeper_than(content):
+    if stripped[:1] in ("[", "{"):
         try:
-            body = _json_digest(json.loads(content))
+            value = json.loads(content)
+            # Past the depth at which 3.11's json fails, on every Python.
+            body = None if nested_deeper_than(content) else _json_digest(value)
         except (ValueError, RecursionError):
             body = None
     if body is None:
