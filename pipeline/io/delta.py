@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 from collections.abc import Iterable
 from datetime import date
@@ -96,6 +97,8 @@ def table_uri(loc: Location, name: str) -> str:
 #: message, from its first frame (``   0: <unknown>``) on.
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _BACKTRACE = re.compile(r"\n\s*0: .*", re.DOTALL)
+#: Arrow's words before why a file is not Parquet: the path, said already.
+_SOURCE = re.compile(r"Could not open Parquet input source '[^']*': ")
 
 
 def _repair(name: str) -> str:
@@ -107,6 +110,35 @@ def _repair(name: str) -> str:
                 "into a new --out")
     return ("restore it (the bucket's versioning, a backup), or run the nightly with "
             "--rebaseline (every session read again, every table rewritten)")
+
+
+#: The file names found under each table (by its URI), listed once a process: files
+#: are only added by a commit (and removed by an expiry, which only a version no newer
+#: one needs loses), so a name missing is listed again before it is called gone.
+_LISTED: dict[str, frozenset[str]] = {}
+
+
+def _damaged_files(data: pads.Dataset, columns: list[str] | None
+                   ) -> list[tuple[str, BaseException]]:
+    """Each data file of ``data`` that does not read, with its error: read one at a
+    time, in this thread."""
+    found: list[tuple[str, BaseException]] = []
+    for part in data.get_fragments():
+        try:
+            part.to_table(columns=columns, schema=data.schema, use_threads=False)
+        except (OSError, pa.ArrowException) as err:
+            found.append((printable(part.path, 200), err))
+    return found
+
+
+def _files_said(damaged: list[tuple[str, BaseException]], shown: int = 3) -> str:
+    """The files that do not read, in words: the first ``shown`` with why."""
+    said = [f"{path} is gone" if isinstance(err, FileNotFoundError)
+            else f"{path} does not read ({_SOURCE.sub('', error_text(err))})"
+            for path, err in damaged]
+    more = f", and {len(said) - shown:,} more" if len(said) > shown else ""
+    head = "its data file " if len(said) == 1 else f"{len(said):,} of its data files: "
+    return head + ", ".join(said[:shown]) + more
 
 
 def error_text(err: BaseException) -> str:
@@ -175,11 +207,13 @@ class Tables:
         """``columns`` (default all) of the table at ``version``, the rows ``where``
         holds; ``None`` when there is no table.
 
-        Read by Arrow's scan in this thread (``use_threads=False``): on its threads,
-        when one data file failed, the reads of others still in flight through
-        delta-rs's file system aborted the process as it exited ("terminate called
-        without an active exception", exit 134; ``to_batches`` a segmentation fault).
-        On this machine it is as fast (docs/nightly.md, *Damaged tables*).
+        Its data files are found in a listing of the table's folder first: Arrow's
+        read of a file that is gone, through delta-rs's file system, can leave the
+        process to abort as it exits ("terminate called without an active exception",
+        exit 134: every time on Arrow's threads, about one exit in 30 in this thread).
+        Read by Arrow's scan in this thread (``use_threads=False``; as fast here:
+        docs/nightly.md, *Damaged tables*). A file that does not read is named by
+        reading every file again, one at a time.
 
         Raises
         ------
@@ -194,24 +228,46 @@ class Tables:
         data = self.dataset(name, version)
         if data is None:
             return None
-        try:
-            return data.to_table(columns=columns, filter=where, use_threads=False)
-        except FileNotFoundError as err:
-            if version is not None and version != self.version(name):
-                # Vacuumed (--keep-days) once a newer version no longer needed it.
-                raise ExpiredVersionError(
-                    f"{self.uri(name)}: version {version} no longer reads: a data file it "
-                    f"names is gone, expired by --keep-days or lost ({error_text(err)})"
-                ) from err
-            raise CorruptTableError(
-                f"{self.uri(name)}: the Delta table is damaged: a data file it names is "
-                f"gone ({error_text(err)}); {_repair(name)}") from err
-        except pa.ArrowException as err:
-            raise CorruptTableError(
-                f"{self.uri(name)}: the Delta table is damaged: a data file it names does "
-                f"not read ({error_text(err)}); {_repair(name)}") from err
-        except OSError as err:
-            raise _storage(err, self.uri(name)) from err
+        damaged: list[tuple[str, BaseException]] = [
+            (printable(path, 200), FileNotFoundError(path)) for path in self._gone(name, data)]
+        failed: BaseException | None = None
+        if not damaged:
+            try:
+                return data.to_table(columns=columns, filter=where, use_threads=False)
+            except (FileNotFoundError, pa.ArrowException) as err:
+                failed = err
+            except OSError as err:
+                raise _storage(err, self.uri(name)) from err
+            damaged = _damaged_files(data, columns) or [("a data file", failed)]
+        if version is not None and version != self.version(name) and all(
+                isinstance(e, FileNotFoundError) for _, e in damaged):
+            # Vacuumed (--keep-days) once a newer version no longer needed it.
+            raise ExpiredVersionError(
+                f"{self.uri(name)}: version {version} no longer reads: "
+                f"{_files_said(damaged)}, expired by --keep-days or lost") from failed
+        raise CorruptTableError(f"{self.uri(name)}: the Delta table is damaged: "
+                                f"{_files_said(damaged)}; {_repair(name)}") from failed
+
+    def _gone(self, name: str, data: pads.FileSystemDataset) -> list[str]:
+        """The data files of ``data`` its table's folder does not hold, by a listing
+        kept for the process (:data:`_LISTED`) and made again before any is called
+        gone."""
+        uri = self.uri(name)
+        wanted = {posixpath.basename(path): path for path in data.files}
+        missing: list[str] = []
+        for fresh in (False, True):
+            if fresh or uri not in _LISTED:
+                fs: Any = self.loc.filesystem()
+                folder = self.loc.join(name)
+                try:
+                    fs.invalidate_cache(folder)
+                    _LISTED[uri] = frozenset(posixpath.basename(p) for p in fs.find(folder))
+                except OSError as err:
+                    raise _storage(err, uri) from err
+            missing = [path for base, path in wanted.items() if base not in _LISTED[uri]]
+            if not missing:
+                break
+        return missing
 
     def write(self, name: str, data: pa.Table | pa.RecordBatchReader, *,
               mode: Literal["append", "overwrite"], predicate: str | None = None,

@@ -289,7 +289,7 @@ def _newest_log(table: Path) -> Path:
 
 #: Damage done to a Delta nightly output outside vakpipe (a lifecycle rule, a vacuum with
 #: a short retention, a partial copy), and what the one line then says.
-GONE = "the Delta table is damaged: a data file it names is gone"
+GONE = "the Delta table is damaged: its data file "
 DAMAGES: dict[str, tuple[Callable[[Path], None], str]] = {
     "a data file of nights gone": (lambda out: _data_file(out / NIGHTS).unlink(),
                                    f"nights: {GONE}"),
@@ -297,7 +297,7 @@ DAMAGES: dict[str, tuple[Callable[[Path], None], str]] = {
                                   f"usage: {GONE}"),
     "a data file of usage not Parquet": (
         lambda out: _data_file(out / "usage").write_bytes(b"not parquet"),
-        "usage: the Delta table is damaged: a data file it names does not read"),
+        "usage: the Delta table is damaged: its data file "),
     "a log entry that does not parse": (
         lambda out: _newest_log(out / NIGHTS).open("a").write("garbage{\n"),
         "nights: the Delta table cannot be read (DeltaError: "),
@@ -329,6 +329,9 @@ def test_a_damaged_table_is_one_line_for_its_readers_never_a_crash(
             assert (done.returncode, len(lines)) == (2, 1), (name, args[0], done.stderr)
             assert lines[0].startswith("vakpipe: error: ") and said in lines[0], \
                 (name, args[0], lines[0])
+            assert ".parquet is gone; " in lines[0] if "gone" in name else True
+            assert ".parquet does not read (ArrowInvalid: " in lines[0] \
+                if "not Parquet" in name else True
         if "usage" in name:  # a state table: a night with --rebaseline rewrites it whole
             assert "or run the nightly with --rebaseline" in lines[0]
             assert run(["nightly", str(archive), "--out", str(out), "--format", "delta",
