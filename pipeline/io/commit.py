@@ -107,7 +107,7 @@ def recovering_manifests(enabled: bool = True) -> Iterator[None]:
         _RECOVER.reset(token)
 
 
-def refused_commit(err: CorruptManifestError) -> CorruptManifestError:
+def _refused_commit(err: CorruptManifestError) -> CorruptManifestError:
     """``err`` (:func:`parse_manifest`'s) as a command that commits into the output says
     it: with ``--force``, the way past it."""
     return CorruptManifestError(
@@ -454,7 +454,7 @@ class StagedRun:
             return _load_manifest(self.out)
         except CorruptManifestError as err:
             if not _RECOVER.get():
-                raise refused_commit(err) from err
+                raise _refused_commit(err) from err
             return None
 
     def _previous_or_aside(self) -> None:
@@ -466,7 +466,7 @@ class StagedRun:
             _load_manifest(self.out)
         except CorruptManifestError as err:
             if not _RECOVER.get():
-                raise refused_commit(err) from err
+                raise _refused_commit(err) from err
             self._move(manifest, self.out.join(f"{MANIFEST}.corrupt-{self.run_id}"))
 
     def _move(self, source: str, target: str) -> None:
