@@ -448,21 +448,26 @@ def dask_client(
                 local_directory=scratch,
                 **({"preload": [lifecycle.__name__]} if processes else {}),
             )
+        stopped = True
         try:
             with Client(cluster, set_as_default=False) as client:
                 yield client
                 _quiet_shutdown(client)
+            stopped = False
         finally:
-            _quiet_scheduler()
+            # A run stopped under a running task (a signal, an error it reports in one
+            # line): the nannies' errors as the cluster is torn down (on Python 3.13 a
+            # traceback from a nanny whose worker was killed) are not that line's.
+            _quiet_scheduler(logging.CRITICAL if stopped else logging.ERROR)
             cluster.close()
 
 
-def _quiet_scheduler() -> None:
+def _quiet_scheduler(level: int = logging.ERROR) -> None:
     """The LocalCluster's scheduler and nannies log in this process: their warnings
     ("Port ... already in use", a nanny killing a worker at close) are not a run's
-    business; errors still show."""
+    business; errors still show (``level``)."""
     for name in ("distributed", "distributed.nanny", "distributed.scheduler"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+        logging.getLogger(name).setLevel(level)
 
 
 def _mute_worker_logs() -> None:
