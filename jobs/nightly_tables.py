@@ -250,30 +250,6 @@ def _created_of_tonight(scratch: Location, manifest: dict[str, Any],
     return created
 
 
-def _check_tables(tables: Tables, base: dict[str, Any], day: date) -> None:
-    """Every table the baseline night names is there, at that version or a later one
-    (a later one: a night that failed after some commits, set back by
-    :func:`_recover`). One deleted or put back from an older copy by hand would be
-    started over, or continued, with tonight's rows only: the sessions carried
-    forward would be lost from it in silence.
-
-    Raises
-    ------
-    BaselineError
-        A table is gone, or older than the night names.
-    """
-    for name, named in sorted(json.loads(base["versions"]).items()):
-        found = tables.version(name)
-        if found is None or found < named:
-            state = "is gone" if found is None else f"is at version {found}"
-            raise BaselineError(
-                f"baseline {tables.uri(name)}: the Delta table {state}, but the "
-                f"{base[NIGHT]} night names its version {named}; refusing to run, which "
-                "would lose the rows of every session carried forward: restore it, or run "
-                "again with --rebaseline (every session read again, every table "
-                f"rewritten; recorded as a rebaseline in the {day.isoformat()} night)")
-
-
 def _counts(tables: Tables, version: dict[str, int], run: RunSummary) -> None:
     """Statuses and findings over every row of the state tables tonight (only the
     columns counted are read)."""
@@ -299,19 +275,38 @@ def _remove_scratch(out: Location) -> None:
         remove_tree(out, out.join(SCRATCH))
 
 
-def _recover(tables: Tables, last: dict[str, Any] | None) -> None:
+def _recover(tables: Tables, last: dict[str, Any] | None, day: date, *,
+             check: bool) -> None:
     """Undo what a night that failed inside its publication committed: every table back
     to its version as of the last committed night (a new version; the failed ones stay
-    in the log, never read as a night)."""
+    in the log, never read as a night). With ``check`` (a night that starts from
+    ``last``), every table ``last`` names must be there at that version or a later one.
+    One deleted or put back from an older copy by hand would be started over, or
+    continued, with tonight's rows only: the sessions carried forward would be lost
+    from it in silence.
+
+    Raises
+    ------
+    BaselineError
+        With ``check``: a table is gone, or older than the night names.
+    """
     if last is None:
         return
     versions: dict[str, int] = json.loads(last["versions"])
-    for name, version in versions.items():
+    for name, version in sorted(versions.items()):
         current = tables.version(name)
         # Only a later version is a failed night's: an earlier one, or none, is a table
-        # set back or deleted by hand (:func:`_check_tables` refuses it).
+        # set back or deleted by hand.
         if current is not None and current > version:
             tables.restore(name, version)
+        elif check and (current is None or current < version):
+            state = "is gone" if current is None else f"is at version {current}"
+            raise BaselineError(
+                f"baseline {tables.uri(name)}: the Delta table {state}, but the "
+                f"{last[NIGHT]} night names its version {version}; refusing to run, which "
+                "would lose the rows of every session carried forward: restore it, or run "
+                "again with --rebaseline (every session read again, every table "
+                f"rewritten; recorded as a rebaseline in the {day.isoformat()} night)")
 
 
 def run_nightly_tables(
@@ -376,11 +371,9 @@ def run_nightly_tables(
             raise UsageError(f"{root.url} is not the archive the last night audited "
                              f"({before}, {last[NIGHT]}): every session would be "
                              "reported missing; --allow-other-root to accept it")
-    _recover(tables, last)
+    _recover(tables, last, day, check=not rebaseline)
     base = None if rebaseline or last is None else last
     base_versions: dict[str, int] = json.loads(base["versions"]) if base else {}
-    if base is not None:
-        _check_tables(tables, base, day)
     fingerprint = options_fingerprint(options)
     same_options = base is not None and base["options"] == fingerprint
     listing = list_sessions(root)
