@@ -233,16 +233,24 @@ def _may_set_address(path: str) -> bool:
 
 
 #: A run that replays (replay, nightly, compaction) whose listing holds at most this many
-#: bytes and :data:`LOCAL_MAX_SESSIONS` sessions runs in this process: importing
-#: distributed and starting and closing a LocalCluster cost ~0.8 s of the command's wall
-#: against an in-process replay of ~40 MB/s on one core, so a cluster finishes later
-#: below ~75 MB on two cores and ~35 MB on many (extrapolated from the two-core slopes).
-#: docs/reliability.md ("Small archives in process") has the measurements.
+#: bytes times :func:`core_factor` and :data:`LOCAL_MAX_SESSIONS` sessions runs in this
+#: process. Importing distributed and starting and closing a LocalCluster cost ~0.7 s of
+#: the command's wall (latency more than CPU: as much on a machine twice as fast) against
+#: an in-process replay of ~40-55 MB/s on one core: the bytes a cluster needs to catch up
+#: are about that cost times the in-process rate, times :func:`core_factor` for the share
+#: of the cluster's speed-up that is left to catch up with (docs/reliability.md, "Small
+#: archives in process", has the measurements).
 LOCAL_MAX_BYTES = 32 * 2**20
-#: The same for a run that only audits: ~175 MB/s in process, so a cluster finishes later
-#: below ~340 MB on two cores and ~135 MB on sixteen.
+#: The same for a run that only audits: ~175-390 MB/s in process (a vak fleet on the
+#: slower 2-core machine, Claude Code transcripts on the faster one).
 LOCAL_MAX_AUDIT_BYTES = 128 * 2**20
 LOCAL_MAX_SESSIONS = 2000
+#: A LocalCluster of N single-threaded workers runs a large archive ~0.9 N times as fast
+#: as one process (measured 1.6-1.8x on two cores).
+WORKER_SPEEDUP = 0.9
+#: At most this many times the limits above: on one core a cluster never catches up, and
+#: past that a run keeps what only a cluster gives (a worker that dies is a finding).
+MAX_CORE_FACTOR = 3.0
 #: Seconds to wait for a scheduler given by address before giving up (distributed's
 #: own default is 30 s, retried: a mistyped address cost a minute).
 CONNECT_TIMEOUT_S = 10
@@ -362,18 +370,41 @@ class LocalExecutor:
         return _InOrder(handles)
 
 
+def local_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system tells it,
+    as under ``taskset`` or a cpuset; else all of the machine's): the LocalCluster's
+    default number of workers."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def core_factor(cores: int) -> float:
+    """How far past :data:`LOCAL_MAX_BYTES` / :data:`LOCAL_MAX_AUDIT_BYTES` a run on
+    ``cores`` cores stays in process: the cluster's speed-up ``s`` (:data:`WORKER_SPEEDUP`
+    per core) saves ``1 - 1/s`` of the in-process time, so it catches up with its fixed
+    cost after ``s / (s - 1)`` times the bytes it would on many cores (2.25 on two cores,
+    1.38 on four, 1.07 on sixteen); at most :data:`MAX_CORE_FACTOR`."""
+    speedup = WORKER_SPEEDUP * cores
+    if speedup * (MAX_CORE_FACTOR - 1) <= MAX_CORE_FACTOR:
+        return MAX_CORE_FACTOR
+    return speedup / (speedup - 1)
+
+
 def runs_in_process(listing: Listing, scheduler: str | None, workers: int | None,
                     replays: bool = True) -> bool:
     """Whether a run of ``listing`` executes in this process: ``workers == 0``
     (``--workers 0``), or no scheduler to join, no ``--workers`` asked for and a listing
     within :data:`LOCAL_MAX_SESSIONS` and :data:`LOCAL_MAX_BYTES` (a run that replays) or
-    :data:`LOCAL_MAX_AUDIT_BYTES` (``replays=False``: one that only audits)."""
+    :data:`LOCAL_MAX_AUDIT_BYTES` (``replays=False``: one that only audits), times
+    :func:`core_factor` of :func:`local_cores`."""
     if workers == 0:
         return True
     if workers is not None or scheduler_address(scheduler):
         return False
-    return (listing.total_bytes <= (LOCAL_MAX_BYTES if replays else LOCAL_MAX_AUDIT_BYTES)
-            and len(listing.sessions) <= LOCAL_MAX_SESSIONS)
+    limit = (LOCAL_MAX_BYTES if replays else LOCAL_MAX_AUDIT_BYTES) * core_factor(local_cores())
+    return listing.total_bytes <= limit and len(listing.sessions) <= LOCAL_MAX_SESSIONS
 
 
 @contextmanager
@@ -426,7 +457,7 @@ def dask_client(
         with remote as client:
             yield client
         return
-    n = workers or os.cpu_count() or 1
+    n = workers or local_cores()
     # Re-read the YAML files and DASK_* variables: they may have changed since dask was
     # imported (a long-lived process, a test's environment).
     dask.config.refresh()

@@ -187,9 +187,10 @@ def test_a_batch_travels_packed_and_arrives_whole() -> None:
     (128, False, True), (129, False, False), (129, True, False)])
 def test_a_small_run_executes_in_process_by_what_it_does(
         mb: int, replays: bool, local: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A run that only audits stays in process up to 128 MiB, one that replays up to 32
-    # MiB (docs/reliability.md, "Small archives in process").
+    # On many cores a run that only audits stays in process up to 128 MiB, one that
+    # replays up to 32 MiB (docs/reliability.md, "Small archives in process").
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    monkeypatch.setattr(orchestrate, "local_cores", lambda: 10_000)
     listing = Listing(objects([mb * MB // 4] * 4), 0)
     assert runs_in_process(listing, None, None, replays) is local
     assert runs_in_process(listing, None, 0, replays)  # --workers 0: always
@@ -197,6 +198,28 @@ def test_a_small_run_executes_in_process_by_what_it_does(
     many = Listing(objects([1] * (LOCAL_MAX_SESSIONS + 1)), 0)
     assert not runs_in_process(many, None, None, replays)
     assert orchestrate.LOCAL_MAX_BYTES == 32 * MB and LOCAL_MAX_AUDIT_BYTES == 128 * MB
+
+
+@pytest.mark.parametrize(("cores", "audit_mb", "replay_mb"), [
+    (1, 384, 96), (2, 288, 72), (4, 177, 44), (16, 137, 34)])
+def test_on_fewer_cores_a_bigger_run_stays_in_process(
+        cores: int, audit_mb: int, replay_mb: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fewer the cores, the less a cluster gains and the more bytes it needs to catch
+    # up with its start: 2.25x the limits on two cores (measured there: the in-process
+    # audit finishes first up to ~550 MB, the replay up to ~88 MB), never more than 3x.
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    monkeypatch.setattr(orchestrate, "local_cores", lambda: cores)
+    for mb, replays in ((audit_mb, False), (replay_mb, True)):
+        assert runs_in_process(Listing(objects([mb * MB]), 0), None, None, replays)
+        assert not runs_in_process(Listing(objects([(mb + 1) * MB]), 0), None, None, replays)
+    assert orchestrate.core_factor(cores) <= orchestrate.MAX_CORE_FACTOR
+
+
+def test_the_cores_are_the_ones_this_process_may_run_on() -> None:
+    # Under taskset or a cpuset, not the machine's: the cluster's workers too.
+    assert 1 <= orchestrate.local_cores() <= (os.cpu_count() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        assert orchestrate.local_cores() == len(os.sched_getaffinity(0))
 
 
 def test_a_run_asks_by_whether_it_replays(tmp_path: Path,
