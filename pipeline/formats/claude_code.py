@@ -202,6 +202,49 @@ def _unique(obj: Any) -> list[str] | None:
     return keys if len(keys) == len(set(keys)) else None
 
 
+def _request_fields(message: Any, keys: list[str], cut: dict[str, Any]) -> None:
+    """A message's model, id and usage (whole), as they are, into ``cut``."""
+    for key in ("model", "id"):
+        if key in keys:
+            cut[key] = _plain(message.get(key))
+    if "usage" in keys:
+        usage = message.get("usage")
+        cut["usage"] = usage.as_dict() if type(usage) is _Object else _plain(usage)
+
+
+def _copy(data: Any, keys: list[str], cut: dict[str, Any]) -> bool:
+    """An ``agent_progress`` line's copy of a subagent's line into ``cut`` (its data's):
+    ``agentId``, and ``message`` cut to its ``type``, ``requestId`` and ``message``
+    (model, id, usage); ``False`` when a key of the copy repeats."""
+    if "agentId" in keys:
+        cut["agentId"] = _plain(data.get("agentId"))
+    if "message" not in keys:
+        return True
+    line = data.get("message")
+    if type(line) is not _Object:
+        cut["message"] = _plain(line)
+        return True
+    lkeys = _unique(line)
+    if lkeys is None:
+        return False
+    copied: dict[str, Any] = {}
+    for key in ("type", "requestId"):
+        if key in lkeys:
+            copied[key] = _plain(line.get(key))
+    if "message" in lkeys:
+        message = line.get("message")
+        if type(message) is _Object:
+            mkeys = _unique(message)
+            if mkeys is None:
+                return False
+            copied["message"] = {}
+            _request_fields(message, mkeys, copied["message"])
+        else:
+            copied["message"] = _plain(message)
+    cut["message"] = copied
+    return True
+
+
 def scan(body: bytes) -> Scanned | None:
     """What the audit reads of one stored transcript line, validated by simdjson
     without building the rest, or ``None`` (the line is then read by orjson, which
@@ -209,10 +252,11 @@ def scan(body: bytes) -> Scanned | None:
 
     The result holds the fields the adapter reads, as orjson would give them, but for
     a message's content, cut to its blocks' ``type`` (a user's; an assistant's to none),
-    and ``data`` cut to its ``type``. Left to orjson: a line simdjson refuses, one with a
-    byte order mark (simdjson skips it, orjson refuses it), a repeated key in an object
-    read, a subagent's copied line (``agent_progress``) and a ``toolUseResult`` naming a
-    subagent (read whole, rare).
+    and ``data`` cut to its ``type`` (a subagent's copied line, ``agent_progress``, to
+    its ``type``, ``agentId`` and ``message``, that cut to its ``type``, ``requestId``
+    and ``message``'s model, id and usage). Left to orjson: a line simdjson refuses, one
+    with a byte order mark (simdjson skips it, orjson refuses it), a repeated key in an
+    object read and a ``toolUseResult`` naming a subagent (read whole, rare).
     """
     obj = parse_object(body)
     if obj is None:
@@ -236,12 +280,7 @@ def scan(body: bytes) -> Scanned | None:
             if mkeys is None:
                 return None
             cut: dict[str, Any] = {}
-            for key in ("model", "id"):
-                if key in mkeys:
-                    cut[key] = _plain(message.get(key))
-            if "usage" in mkeys:
-                usage = message.get("usage")
-                cut["usage"] = usage.as_dict() if type(usage) is _Object else _plain(usage)
+            _request_fields(message, mkeys, cut)
             if "content" in mkeys:
                 content = message.get("content")
                 if out.get("type") != "user":
@@ -272,9 +311,10 @@ def scan(body: bytes) -> Scanned | None:
             if dkeys is None:
                 return None
             dtype = _plain(data.get("type")) if "type" in dkeys else None
-            if dtype == "agent_progress":
+            cut_data: dict[str, Any] = {"type": dtype}
+            if dtype == "agent_progress" and not _copy(data, dkeys, cut_data):
                 return None
-            out["data"] = {"type": dtype}
+            out["data"] = cut_data
         else:
             out["data"] = _plain(data)
     return out

@@ -953,10 +953,12 @@ done:
  * as plain values (an object or array there reads as the empty tuple, the adapter's
  * opaque value), the message cut to model, id, usage (whole, parsed by orjson from its
  * span) and content (a user's blocks cut to their type, [] for anyone else's), and
- * data cut to its type. Deferred (None) besides what scan() defers: a number or an
- * escaped string where a plain value is returned, a repeated key in an object read, a
- * user's content that is neither a string nor an array of objects, a subagent's copied
- * line (data.type "agent_progress"), a toolUseResult naming a subagent (agentId). */
+ * data cut to its type; a subagent's copied line (data.type "agent_progress") keeps
+ * what the adapter reads of the copy too: data.agentId, and data.message cut to its
+ * type, requestId and message, that cut to model, id and usage (whole). Deferred (None)
+ * besides what scan() defers: a number or an escaped string where a plain value is
+ * returned, a repeated key in an object read, a user's content that is neither a string
+ * nor an array of objects, a toolUseResult naming a subagent (agentId). */
 
 #define CC_NSCALARS 13
 static const char *const cc_scalar_names[CC_NSCALARS] = {
@@ -965,21 +967,32 @@ static const char *const cc_scalar_names[CC_NSCALARS] = {
 static Py_ssize_t cc_scalar_lens[CC_NSCALARS];
 static PyObject *cc_scalar_keys[CC_NSCALARS];
 static PyObject *empty_args = NULL;
-static PyObject *s_model = NULL, *s_id = NULL, *s_usage = NULL, *s_data = NULL;
-enum { CC_UUID = 0, CC_PARENT = 1, CC_TIMESTAMP = 7, CC_TYPE = 8 };
+static PyObject *s_model = NULL, *s_id = NULL, *s_usage = NULL, *s_data = NULL,
+                *s_agent_id = NULL;
+enum { CC_UUID = 0, CC_PARENT = 1, CC_TIMESTAMP = 7, CC_TYPE = 8, CC_REQUEST_ID = 9,
+       CC_IS_META = 10, CC_IS_COMPACT_SUMMARY = 11 };
 
 typedef struct {
     Msg *msg;
     Val model, id, usage;
 } CcMessage;
 
+/* A subagent's line as its parent's agent_progress line copies it (data.message): its
+ * type, requestId and message, and that message's model, id and usage. */
+typedef struct {
+    Val type, request, message;
+    Val model, id, usage;
+    int dup, message_dup; /* a key of the copy, of its message, repeated */
+} CcCopy;
+
 typedef struct {
     Val scalars[CC_NSCALARS];
     int order[CC_NSCALARS]; /* the scalars present, in the line's order */
     int nscalars;
     unsigned seen; /* bit i: scalar i was read (a repeat defers the line) */
-    Val message, data, data_type;
+    Val message, data, data_type, agent_id, copy;
     CcMessage m;
+    CcCopy cp;
     int data_dup, message_dup, agent;
 } CcLine;
 
@@ -1004,10 +1017,56 @@ cc_message_member(Cur *c, const Val *key, void *ctx)
 }
 
 static int
+cc_copy_message_member(Cur *c, const Val *key, void *ctx)
+{
+    CcCopy *cp = (CcCopy *)ctx;
+    Val *slot = KEY_IS(key, "model") ? &cp->model : KEY_IS(key, "id") ? &cp->id
+                : KEY_IS(key, "usage") ? &cp->usage : NULL;
+    if (slot) {
+        return parse_value(c, slot);
+    }
+    Val v;
+    return parse_value(c, &v);
+}
+
+static int
+cc_copy_member(Cur *c, const Val *key, void *ctx)
+{
+    CcCopy *cp = (CcCopy *)ctx;
+    if (KEY_IS(key, "message")) {
+        if (c->p < c->end && *c->p == '{') {
+            cp->message.type = T_OBJ;
+            return parse_keyed_object(c, cc_copy_message_member, cp, &cp->message_dup);
+        }
+        return parse_value(c, &cp->message);
+    }
+    Val *slot = KEY_IS(key, "type") ? &cp->type : KEY_IS(key, "requestId") ? &cp->request
+                : NULL;
+    if (slot) {
+        return parse_value(c, slot);
+    }
+    Val v;
+    return parse_value(c, &v);
+}
+
+static int
 cc_data_member(Cur *c, const Val *key, void *ctx)
 {
+    CcLine *l = (CcLine *)ctx;
     if (KEY_IS(key, "type")) {
-        return parse_value(c, (Val *)ctx);
+        return parse_value(c, &l->data_type);
+    }
+    if (KEY_IS(key, "agentId")) {
+        return parse_value(c, &l->agent_id);
+    }
+    if (KEY_IS(key, "message")) {
+        /* Before data.type in Claude Code's lines: read as a copy whatever the type
+         * turns out to be (only an agent_progress line's is returned). */
+        if (c->p < c->end && *c->p == '{') {
+            l->copy.type = T_OBJ;
+            return parse_keyed_object(c, cc_copy_member, &l->cp, &l->cp.dup);
+        }
+        return parse_value(c, &l->copy);
     }
     Val v;
     return parse_value(c, &v);
@@ -1040,7 +1099,7 @@ cc_line_member(Cur *c, const Val *key, void *ctx)
         l->data.type = T_OTHER;
         if (open) {
             l->data.type = T_OBJ;
-            return parse_keyed_object(c, cc_data_member, &l->data_type, &l->data_dup);
+            return parse_keyed_object(c, cc_data_member, l, &l->data_dup);
         }
         return parse_value(c, &l->data);
     }
@@ -1138,6 +1197,22 @@ cc_blocks(const Msg *m, int *defer)
     return blocks;
 }
 
+/* A model, id and usage, as they are, into `cut` (cc_message()'s, a copy's): 0, or -1
+ * on an error or a deferral. */
+static int
+cc_request_fields(PyObject *cut, const Val *model, const Val *id, const Val *usage,
+                  int *defer)
+{
+    if ((model->type != T_ABSENT && cc_set(cut, s_model, cc_plain(model, defer)))
+        || (id->type != T_ABSENT && cc_set(cut, s_id, cc_plain(id, defer)))) {
+        return -1;
+    }
+    if (usage->type == T_OBJ) {
+        return cc_set(cut, s_usage, loads_span(usage, defer));
+    }
+    return usage->type != T_ABSENT ? cc_set(cut, s_usage, cc_plain(usage, defer)) : 0;
+}
+
 static PyObject *
 cc_message(const CcLine *l, int user, int *defer)
 {
@@ -1146,17 +1221,7 @@ cc_message(const CcLine *l, int user, int *defer)
     if (!cut) {
         return NULL;
     }
-    if ((cm->model.type != T_ABSENT && cc_set(cut, s_model, cc_plain(&cm->model, defer)))
-        || (cm->id.type != T_ABSENT && cc_set(cut, s_id, cc_plain(&cm->id, defer)))) {
-        goto fail;
-    }
-    if (cm->usage.type == T_OBJ) {
-        if (cc_set(cut, s_usage, loads_span(&cm->usage, defer))) {
-            goto fail;
-        }
-    }
-    else if (cm->usage.type != T_ABSENT
-             && cc_set(cut, s_usage, cc_plain(&cm->usage, defer))) {
+    if (cc_request_fields(cut, &cm->model, &cm->id, &cm->usage, defer)) {
         goto fail;
     }
     const Msg *m = cm->msg;
@@ -1186,6 +1251,55 @@ cc_message(const CcLine *l, int user, int *defer)
 fail:
     Py_DECREF(cut);
     return NULL;
+}
+
+/* An agent_progress line's copy into its data's cut: agentId, and message cut to its
+ * type, requestId and message (model, id, usage). 0, or -1 on an error or a deferral. */
+static int
+cc_copy(PyObject *cut, const CcLine *l, int *defer)
+{
+    const CcCopy *cp = &l->cp;
+    if (cp->dup || cp->message_dup) {
+        *defer = 1; /* a repeated key in the copy: orjson keeps the last */
+        return -1;
+    }
+    if (l->agent_id.type != T_ABSENT
+        && cc_set(cut, s_agent_id, cc_plain(&l->agent_id, defer))) {
+        return -1;
+    }
+    if (l->copy.type != T_OBJ) {
+        return l->copy.type != T_ABSENT ? cc_set(cut, s_message, cc_plain(&l->copy, defer)) : 0;
+    }
+    PyObject *line = PyDict_New();
+    if (!line) {
+        return -1;
+    }
+    if ((cp->type.type != T_ABSENT && cc_set(line, s_type, cc_plain(&cp->type, defer)))
+        || (cp->request.type != T_ABSENT
+            && cc_set(line, cc_scalar_keys[CC_REQUEST_ID], cc_plain(&cp->request, defer)))) {
+        goto fail;
+    }
+    if (cp->message.type == T_OBJ) {
+        PyObject *message = PyDict_New();
+        if (!message) {
+            goto fail;
+        }
+        if (cc_request_fields(message, &cp->model, &cp->id, &cp->usage, defer)) {
+            Py_DECREF(message);
+            goto fail;
+        }
+        if (cc_set(line, s_message, message)) {
+            goto fail;
+        }
+    }
+    else if (cp->message.type != T_ABSENT
+             && cc_set(line, s_message, cc_plain(&cp->message, defer))) {
+        goto fail;
+    }
+    return cc_set(cut, s_message, line);
+fail:
+    Py_DECREF(line);
+    return -1;
 }
 
 /* Read a line (an object alone) into `l`, its message's blocks into `msg` (initialised
@@ -1223,6 +1337,7 @@ scan_transcript_impl(PyObject *result_type, const u8 *buf, Py_ssize_t size)
         goto defer;
     }
     PyObject *data_type = NULL;
+    int copied = 0; /* a subagent's copied line (agent_progress) */
     if (l.data.type == T_OBJ) {
         if (l.data_type.type == T_ABSENT) {
             data_type = Py_NewRef(Py_None);
@@ -1232,11 +1347,7 @@ scan_transcript_impl(PyObject *result_type, const u8 *buf, Py_ssize_t size)
             if (!data_type) {
                 goto done_or_defer;
             }
-            if (PyUnicode_Check(data_type)
-                && PyUnicode_CompareWithASCIIString(data_type, "agent_progress") == 0) {
-                Py_DECREF(data_type);
-                goto defer; /* a subagent's copied line: read whole, by orjson */
-            }
+            copied = STR_IS(&l.data_type, "agent_progress");
         }
     }
     /* A new, empty instance of the dict subclass, without the Python-level call. */
@@ -1269,6 +1380,9 @@ scan_transcript_impl(PyObject *result_type, const u8 *buf, Py_ssize_t size)
         PyObject *cut = PyDict_New();
         int rc = cut ? PyDict_SetItem(cut, s_type, data_type) : -1;
         Py_DECREF(data_type);
+        if (!rc && copied) {
+            rc = cc_copy(cut, &l, &defer);
+        }
         if (rc) {
             Py_XDECREF(cut);
             goto done_or_defer;
@@ -3983,7 +4097,6 @@ static PyObject *s_user = NULL, *s_assistant = NULL, *s_text = NULL, *s_none = N
                 *s_write_1h = NULL, *s_request_key = NULL, *s_cache_creation = NULL,
                 *s_hour = NULL, *s_compact_summary = NULL, *s_speed = NULL,
                 *s_standard = NULL;
-enum { CC_REQUEST_ID = 9, CC_IS_META = 10, CC_IS_COMPACT_SUMMARY = 11 };
 
 static PyObject *
 ckernel_configure_kind_data(PyObject *Py_UNUSED(module), PyObject *const *args,
@@ -4668,6 +4781,7 @@ PyInit__ckernel(void)
     s_id = PyUnicode_InternFromString("id");
     s_usage = PyUnicode_InternFromString("usage");
     s_data = PyUnicode_InternFromString("data");
+    s_agent_id = PyUnicode_InternFromString("agentId");
     s_hexdigest = PyUnicode_InternFromString("hexdigest");
     s_parent_id = PyUnicode_InternFromString("parent_id");
     s_kind = PyUnicode_InternFromString("kind");
@@ -4675,7 +4789,7 @@ PyInit__ckernel(void)
     s_prev_hash = PyUnicode_InternFromString("prev_hash");
     s_at_turn = PyUnicode_InternFromString("at_turn");
     if (!s_message || !s_role || !s_content || !s_type || !s_meta || !s_model || !s_id
-        || !s_usage || !s_data || !s_hexdigest || !s_parent_id || !s_kind || !s_ts
+        || !s_usage || !s_data || !s_agent_id || !s_hexdigest || !s_parent_id || !s_kind || !s_ts
         || !s_prev_hash || !s_at_turn) {
         return NULL;
     }
