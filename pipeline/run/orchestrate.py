@@ -235,8 +235,8 @@ def _may_set_address(path: str) -> bool:
 #: A run that replays (replay, nightly, compaction) whose listing holds at most this many
 #: bytes times :func:`core_factor` and :data:`LOCAL_MAX_SESSIONS` sessions runs in this
 #: process. Importing distributed and starting and closing a LocalCluster cost ~0.7 s of
-#: the command's wall (latency more than CPU: as much on a machine twice as fast) against
-#: an in-process replay of ~40-55 MB/s on one core: the bytes a cluster needs to catch up
+#: the command's wall on two cores (on a machine twice as fast as well) against an
+#: in-process replay of ~40-55 MB/s on one core: the bytes a cluster needs to catch up
 #: are about that cost times the in-process rate, times :func:`core_factor` for the share
 #: of the cluster's speed-up that is left to catch up with (docs/reliability.md, "Small
 #: archives in process", has the measurements).
