@@ -233,8 +233,8 @@ def _may_set_address(path: str) -> bool:
 
 
 #: A run that replays (replay, nightly, compaction) whose listing holds at most this many
-#: bytes times :func:`core_factor` and :data:`LOCAL_MAX_SESSIONS` sessions runs in this
-#: process. Importing distributed and starting and closing a LocalCluster cost ~0.7 s of
+#: bytes and :data:`LOCAL_MAX_SESSIONS` sessions, both times :func:`core_factor`, runs in
+#: this process. Importing distributed and starting and closing a LocalCluster cost ~0.7 s of
 #: the command's wall on two cores (on a machine twice as fast as well) against an
 #: in-process replay of ~40-55 MB/s on one core: the bytes a cluster needs to catch up
 #: are about that cost times the in-process rate, times :func:`core_factor` for the share
@@ -244,6 +244,8 @@ LOCAL_MAX_BYTES = 32 * 2**20
 #: The same for a run that only audits: ~175-390 MB/s in process (a vak fleet on the
 #: slower 2-core machine, Claude Code transcripts on the faster one).
 LOCAL_MAX_AUDIT_BYTES = 128 * 2**20
+#: Each session costs ~0.2 ms in process besides its bytes (opening it, its rows):
+#: thousands of small ones are work as bytes are.
 LOCAL_MAX_SESSIONS = 2000
 #: A LocalCluster of N single-threaded workers runs a large archive ~0.9 N times as fast
 #: as one process (measured 1.6-1.8x on two cores).
@@ -397,14 +399,16 @@ def runs_in_process(listing: Listing, scheduler: str | None, workers: int | None
     """Whether a run of ``listing`` executes in this process: ``workers == 0``
     (``--workers 0``), or no scheduler to join, no ``--workers`` asked for and a listing
     within :data:`LOCAL_MAX_SESSIONS` and :data:`LOCAL_MAX_BYTES` (a run that replays) or
-    :data:`LOCAL_MAX_AUDIT_BYTES` (``replays=False``: one that only audits), times
+    :data:`LOCAL_MAX_AUDIT_BYTES` (``replays=False``: one that only audits), each times
     :func:`core_factor` of :func:`local_cores`."""
     if workers == 0:
         return True
     if workers is not None or scheduler_address(scheduler):
         return False
-    limit = (LOCAL_MAX_BYTES if replays else LOCAL_MAX_AUDIT_BYTES) * core_factor(local_cores())
-    return listing.total_bytes <= limit and len(listing.sessions) <= LOCAL_MAX_SESSIONS
+    factor = core_factor(local_cores())
+    limit = (LOCAL_MAX_BYTES if replays else LOCAL_MAX_AUDIT_BYTES) * factor
+    return (listing.total_bytes <= limit
+            and len(listing.sessions) <= LOCAL_MAX_SESSIONS * factor)
 
 
 @contextmanager

@@ -204,7 +204,7 @@ def test_a_small_run_executes_in_process_by_what_it_does(
     (1, 384, 96), (2, 288, 72), (4, 177, 44), (16, 137, 34)])
 def test_on_fewer_cores_a_bigger_run_stays_in_process(
         cores: int, audit_mb: int, replay_mb: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The fewer the cores, the less a cluster gains and the more bytes it needs to catch
+    # The fewer the cores, the less a cluster gains and the more work it needs to catch
     # up with its start: 2.25x the limits on two cores (measured there: the in-process
     # audit finishes first up to ~550 MB, the replay up to ~88 MB), never more than 3x.
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
@@ -212,6 +212,10 @@ def test_on_fewer_cores_a_bigger_run_stays_in_process(
     for mb, replays in ((audit_mb, False), (replay_mb, True)):
         assert runs_in_process(Listing(objects([mb * MB]), 0), None, None, replays)
         assert not runs_in_process(Listing(objects([(mb + 1) * MB]), 0), None, None, replays)
+    # and thousands of small sessions, whose count is work as bytes are
+    sessions = int(LOCAL_MAX_SESSIONS * orchestrate.core_factor(cores))
+    assert runs_in_process(Listing(objects([1] * sessions), 0), None, None, False)
+    assert not runs_in_process(Listing(objects([1] * (sessions + 1)), 0), None, None, False)
     assert orchestrate.core_factor(cores) <= orchestrate.MAX_CORE_FACTOR
 
 
