@@ -147,11 +147,9 @@ def _full_checkpoints(tables: Tables, version: int | None,
         return {}
     where = pc.field("session_path").isin(pa.array(paths, pa.string()))
     found: dict[str, tuple[Checkpoint, str]] = {}
-    data = tables.dataset("checkpoints", version)
-    have = set(data.schema.names) if data is not None else set()
-    # A table written before a column existed (``segments``) is read without it.
-    columns = [c for c in [*CHECKPOINTS_SCHEMA.names, CREATED] if c in have]
-    table = tables.read("checkpoints", columns, version, where)
+    # Every column (the table's own, one Delta log opened): a table written before a
+    # column existed (``segments``) reads without it, which from_row allows.
+    table = tables.read("checkpoints", None, version, where)
     for row in table.to_pylist() if table is not None else ():
         found[row["session_path"]] = (Checkpoint.from_row(row), row[CREATED])
     return found
