@@ -13,6 +13,9 @@ import json
 import os
 import pickle
 import random
+import shutil
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -224,6 +227,16 @@ def test_the_cores_are_the_ones_this_process_may_run_on() -> None:
     assert 1 <= orchestrate.local_cores() <= (os.cpu_count() or 1)
     if hasattr(os, "sched_getaffinity"):
         assert orchestrate.local_cores() == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="no taskset here (util-linux)")
+def test_a_process_started_under_taskset_counts_its_one_core() -> None:
+    done = subprocess.run(
+        ["taskset", "-c", "0", sys.executable, "-c",
+         "from pipeline.run.orchestrate import core_factor, local_cores\n"
+         "print(local_cores(), core_factor(local_cores()))"],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.split() == ["1", "3.0"]
 
 
 def test_a_run_asks_by_whether_it_replays(tmp_path: Path,
