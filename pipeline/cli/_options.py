@@ -64,7 +64,8 @@ cluster_options = _options(
     click.option("--workers", type=click.IntRange(min=0), default=None,
                  help="Workers of the local cluster (default: one per core; a small "
                       "archive runs in this process, no cluster: under 128 MiB for an "
-                      "audit, 32 MiB when it replays, 2.25x that on two cores); 0: "
+                      "audit, 32 MiB when it replays, 2.25x that for a folder on two "
+                      "cores); 0: "
                       "always in this process."),
     storage_option,
 )

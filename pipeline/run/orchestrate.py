@@ -250,6 +250,8 @@ LOCAL_MAX_SESSIONS = 2000
 #: A LocalCluster of N single-threaded workers runs a large archive ~0.9 N times as fast
 #: as one process (measured 1.6-1.8x on two cores).
 WORKER_SPEEDUP = 0.9
+#: Archives whose reads cost no network round trip: the factor below is theirs.
+LOCAL_PROTOCOLS = frozenset({"file", "memory"})
 #: At most this many times the limits above: on one core a cluster never catches up, and
 #: past that a run keeps what only a cluster gives (a worker that dies is a finding).
 MAX_CORE_FACTOR = 3.0
@@ -395,17 +397,19 @@ def core_factor(cores: int) -> float:
 
 
 def runs_in_process(listing: Listing, scheduler: str | None, workers: int | None,
-                    replays: bool = True) -> bool:
+                    replays: bool = True, local: bool = False) -> bool:
     """Whether a run of ``listing`` executes in this process: ``workers == 0``
     (``--workers 0``), or no scheduler to join, no ``--workers`` asked for and a listing
     within :data:`LOCAL_MAX_SESSIONS` and :data:`LOCAL_MAX_BYTES` (a run that replays) or
     :data:`LOCAL_MAX_AUDIT_BYTES` (``replays=False``: one that only audits), each times
-    :func:`core_factor` of :func:`local_cores`."""
+    :func:`core_factor` of :func:`local_cores` when the archive is ``local`` (a folder,
+    memory://: what the factor was measured on; an object store's reads wait on the
+    network, which a cluster's workers do side by side)."""
     if workers == 0:
         return True
     if workers is not None or scheduler_address(scheduler):
         return False
-    factor = core_factor(local_cores())
+    factor = core_factor(local_cores()) if local else 1.0
     limit = (LOCAL_MAX_BYTES if replays else LOCAL_MAX_AUDIT_BYTES) * factor
     return (listing.total_bytes <= limit
             and len(listing.sessions) <= LOCAL_MAX_SESSIONS * factor)
@@ -413,10 +417,12 @@ def runs_in_process(listing: Listing, scheduler: str | None, workers: int | None
 
 @contextmanager
 def executor_for(listing: Listing, scheduler: str | None = None, workers: int | None = None,
-                 threads: bool = False, replays: bool = True) -> Iterator[Executor]:
-    """The executor a run of ``listing`` uses (see :func:`runs_in_process`); ``threads``
-    (memory://) makes a LocalCluster's workers threads of this process."""
-    if runs_in_process(listing, scheduler, workers, replays):
+                 threads: bool = False, replays: bool = True,
+                 local: bool = False) -> Iterator[Executor]:
+    """The executor a run of ``listing`` uses (see :func:`runs_in_process`, ``local``: an
+    archive in a folder or in memory); ``threads`` (memory://) makes a LocalCluster's
+    workers threads of this process."""
+    if runs_in_process(listing, scheduler, workers, replays, local):
         yield LocalExecutor()
         return
     with dask_client(scheduler, workers, processes=not threads) as client:
@@ -975,7 +981,8 @@ def execute_run(
     try:
         if listing.sessions:
             with executor_for(listing, scheduler, workers, threads=in_process,
-                              replays=replay is not None) as run:
+                              replays=replay is not None,
+                              local=root.protocol in LOCAL_PROTOCOLS) as run:
                 summary.failed_batches += run_batches(
                     run, root, listing, collect, context, progress=progress,
                     replay=replay, previous=previous)

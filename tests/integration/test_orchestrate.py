@@ -213,12 +213,21 @@ def test_on_fewer_cores_a_bigger_run_stays_in_process(
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
     monkeypatch.setattr(orchestrate, "local_cores", lambda: cores)
     for mb, replays in ((audit_mb, False), (replay_mb, True)):
-        assert runs_in_process(Listing(objects([mb * MB]), 0), None, None, replays)
-        assert not runs_in_process(Listing(objects([(mb + 1) * MB]), 0), None, None, replays)
+        assert runs_in_process(Listing(objects([mb * MB]), 0), None, None, replays, True)
+        assert not runs_in_process(Listing(objects([(mb + 1) * MB]), 0), None, None, replays,
+                                   True)
+        # An object store's archive keeps the limits of many cores: its reads wait on
+        # the network, which a cluster's workers do side by side.
+        base = LOCAL_MAX_AUDIT_BYTES if not replays else orchestrate.LOCAL_MAX_BYTES
+        assert runs_in_process(Listing(objects([base]), 0), None, None, replays)
+        assert not runs_in_process(Listing(objects([base + 1]), 0), None, None, replays)
     # and thousands of small sessions, whose count is work as bytes are
     sessions = int(LOCAL_MAX_SESSIONS * orchestrate.core_factor(cores))
-    assert runs_in_process(Listing(objects([1] * sessions), 0), None, None, False)
-    assert not runs_in_process(Listing(objects([1] * (sessions + 1)), 0), None, None, False)
+    assert runs_in_process(Listing(objects([1] * sessions), 0), None, None, False, True)
+    assert not runs_in_process(Listing(objects([1] * (sessions + 1)), 0), None, None, False,
+                               True)
+    assert not runs_in_process(Listing(objects([1] * (LOCAL_MAX_SESSIONS + 1)), 0), None,
+                               None, False)
     assert orchestrate.core_factor(cores) <= orchestrate.MAX_CORE_FACTOR
 
 
@@ -243,13 +252,13 @@ def test_a_run_asks_by_whether_it_replays(tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from pipeline.run.replay_batches import ReplayOptions
 
-    asked: list[bool] = []
+    asked: list[tuple[bool, bool]] = []
     real = orchestrate.runs_in_process
 
     def spy(listing: Listing, scheduler: str | None, workers: int | None,
-            replays: bool = True) -> bool:
-        asked.append(replays)
-        return real(listing, scheduler, 0, replays)  # run here whatever it answers
+            replays: bool = True, local: bool = False) -> bool:
+        asked.append((replays, local))
+        return real(listing, scheduler, 0, replays, local)  # run here whatever it answers
 
     monkeypatch.setattr(orchestrate, "runs_in_process", spy)
     root = tmp_path / "archive"
@@ -258,7 +267,7 @@ def test_a_run_asks_by_whether_it_replays(tmp_path: Path,
     run_audit(resolve(str(root)), resolve(str(tmp_path / "out")), progress=False)
     run_audit(resolve(str(root)), resolve(str(tmp_path / "replayed")), progress=False,
               replay=ReplayOptions())
-    assert asked == [False, True]
+    assert asked == [(False, True), (True, True)]  # and a folder is a local archive
 
 
 # --- run_audit on a faulty fleet in S3 ----------------------------------------------------
