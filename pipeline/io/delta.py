@@ -254,20 +254,24 @@ class Tables:
         gone."""
         uri = self.uri(name)
         wanted = {posixpath.basename(path): path for path in data.files}
-        missing: list[str] = []
-        for fresh in (False, True):
-            if fresh or uri not in _LISTED:
-                fs: Any = self.loc.filesystem()
-                folder = self.loc.join(name)
-                try:
-                    fs.invalidate_cache(folder)
-                    _LISTED[uri] = frozenset(posixpath.basename(p) for p in fs.find(folder))
-                except OSError as err:
-                    raise _storage(err, uri) from err
+        kept = uri in _LISTED
+        if not kept:
+            _LISTED[uri] = self._listing(name)
+        missing = [path for base, path in wanted.items() if base not in _LISTED[uri]]
+        if missing and kept:  # the kept listing may predate a commit: list again
+            _LISTED[uri] = self._listing(name)
             missing = [path for base, path in wanted.items() if base not in _LISTED[uri]]
-            if not missing:
-                break
         return missing
+
+    def _listing(self, name: str) -> frozenset[str]:
+        """The names of the files under table ``name``'s folder, listed now."""
+        fs: Any = self.loc.filesystem()
+        folder = self.loc.join(name)
+        try:
+            fs.invalidate_cache(folder)
+            return frozenset(posixpath.basename(p) for p in fs.find(folder))
+        except OSError as err:
+            raise _storage(err, self.uri(name)) from err
 
     def write(self, name: str, data: pa.Table | pa.RecordBatchReader, *,
               mode: Literal["append", "overwrite"], predicate: str | None = None,
