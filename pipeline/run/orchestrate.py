@@ -232,14 +232,15 @@ def _may_set_address(path: str) -> bool:
         return True
 
 
-#: A run that replays (replay, nightly, compaction) whose listing holds at most this many
-#: bytes and :data:`LOCAL_MAX_SESSIONS` sessions, both times :func:`core_factor`, runs in
-#: this process. Importing distributed and starting and closing a LocalCluster cost ~0.7 s of
-#: the command's wall on two cores (on a machine twice as fast as well) against an
-#: in-process replay of ~40-55 MB/s on one core: the bytes a cluster needs to catch up
-#: are about that cost times the in-process rate, times :func:`core_factor` for the share
-#: of the cluster's speed-up that is left to catch up with (docs/reliability.md, "Small
-#: archives in process", has the measurements).
+#: A run that replays (replay, nightly, compaction) whose listing holds at most this
+#: many bytes and :data:`LOCAL_MAX_SESSIONS` sessions (both times :func:`core_factor`
+#: for an archive in a folder: :data:`LOCAL_PROTOCOLS`) runs in this process. Importing
+#: distributed and starting and closing a LocalCluster cost ~0.7 s of the command's wall
+#: on two cores (on a machine twice as fast as well) against an in-process replay of
+#: ~40-55 MB/s on one core: the bytes a cluster needs to catch up are about that cost
+#: times the in-process rate, times :func:`core_factor` for the share of the cluster's
+#: speed-up that is left to catch up with (docs/reliability.md, "Small archives in
+#: process", has the measurements).
 LOCAL_MAX_BYTES = 32 * 2**20
 #: The same for a run that only audits: ~175-390 MB/s in process (a vak fleet on the
 #: slower 2-core machine, Claude Code transcripts on the faster one).
