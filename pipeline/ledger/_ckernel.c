@@ -972,16 +972,19 @@ static PyObject *s_model = NULL, *s_id = NULL, *s_usage = NULL, *s_data = NULL,
 enum { CC_UUID = 0, CC_PARENT = 1, CC_TIMESTAMP = 7, CC_TYPE = 8, CC_REQUEST_ID = 9,
        CC_IS_META = 10, CC_IS_COMPACT_SUMMARY = 11 };
 
+/* A message's model, id and usage, and its content's blocks into msg (NULL: the
+ * content is not read). */
 typedef struct {
     Msg *msg;
     Val model, id, usage;
 } CcMessage;
 
 /* A subagent's line as its parent's agent_progress line copies it (data.message): its
- * type, requestId and message, and that message's model, id and usage. */
+ * type, requestId and message, and that message's model, id and usage (m; its content
+ * is not read: m.msg stays NULL). */
 typedef struct {
     Val type, request, message;
-    Val model, id, usage;
+    CcMessage m;
     int dup, message_dup; /* a key of the copy, of its message, repeated */
 } CcCopy;
 
@@ -1000,7 +1003,7 @@ static int
 cc_message_member(Cur *c, const Val *key, void *ctx)
 {
     CcMessage *cm = (CcMessage *)ctx;
-    if (KEY_IS(key, "content")) {
+    if (cm->msg && KEY_IS(key, "content")) {
         if (c->p < c->end && *c->p == '[') {
             cm->msg->content.type = T_ARR;
             return parse_content(c, cm->msg);
@@ -1017,26 +1020,13 @@ cc_message_member(Cur *c, const Val *key, void *ctx)
 }
 
 static int
-cc_copy_message_member(Cur *c, const Val *key, void *ctx)
-{
-    CcCopy *cp = (CcCopy *)ctx;
-    Val *slot = KEY_IS(key, "model") ? &cp->model : KEY_IS(key, "id") ? &cp->id
-                : KEY_IS(key, "usage") ? &cp->usage : NULL;
-    if (slot) {
-        return parse_value(c, slot);
-    }
-    Val v;
-    return parse_value(c, &v);
-}
-
-static int
 cc_copy_member(Cur *c, const Val *key, void *ctx)
 {
     CcCopy *cp = (CcCopy *)ctx;
     if (KEY_IS(key, "message")) {
         if (c->p < c->end && *c->p == '{') {
             cp->message.type = T_OBJ;
-            return parse_keyed_object(c, cc_copy_message_member, cp, &cp->message_dup);
+            return parse_keyed_object(c, cc_message_member, &cp->m, &cp->message_dup);
         }
         return parse_value(c, &cp->message);
     }
@@ -1284,7 +1274,7 @@ cc_copy(PyObject *cut, const CcLine *l, int *defer)
         if (!message) {
             goto fail;
         }
-        if (cc_request_fields(message, &cp->model, &cp->id, &cp->usage, defer)) {
+        if (cc_request_fields(message, &cp->m.model, &cp->m.id, &cp->m.usage, defer)) {
             Py_DECREF(message);
             goto fail;
         }
