@@ -110,6 +110,14 @@ def assistant(uuid: str, parent: str, **message: Any) -> dict[str, Any]:
 
 BASE = [dump(line("u1", None)), dump(assistant("a1", "u1"))]
 
+
+def copied(uuid: bytes, copy: bytes, agent: bytes = b"ag1") -> bytes:
+    """A parent's agent_progress line holding ``copy`` (a subagent's line, as bytes)."""
+    return (b'{"uuid":"' + uuid + b'","parentUuid":"a1","type":"progress","timestamp":"'
+            + TS.encode() + b'","data":{"message":' + copy
+            + b',"type":"agent_progress","agentId":"' + agent + b'"}}')
+
+
 #: Lines spliced by hand: what json.dumps cannot write (repeated keys, bad bytes).
 HOSTILE: list[bytes] = [
     b'{"uuid":"x1","uuid":"x2","parentUuid":"a1","type":"user","timestamp":"' + TS.encode()
@@ -140,22 +148,15 @@ HOSTILE: list[bytes] = [
     b'"a string"',
     b'{"uuid":"x15","parentUuid":"a1","type":"user"} trailing',
     # a subagent's copy: repeated keys in the copied line and in its message, an escape
-    b'{"uuid":"x17","parentUuid":"a1","type":"progress","timestamp":"' + TS.encode()
-    + b'","data":{"message":{"type":"user","type":"assistant","requestId":"r3","message":'
-    b'{"id":"m3","model":"claude-opus-4-6","usage":{"input_tokens":2}}},'
-    b'"type":"agent_progress","agentId":"ag1"}}',
-    b'{"uuid":"x18","parentUuid":"a1","type":"progress","timestamp":"' + TS.encode()
-    + b'","data":{"message":{"type":"assistant","requestId":"r4","message":{"id":"m4",'
-    b'"id":"m5","model":"claude-opus-4-6","usage":{"input_tokens":2}}},'
-    b'"type":"agent_progress","agentId":"ag1"}}',
-    b'{"uuid":"x19","parentUuid":"a1","type":"progress","timestamp":"' + TS.encode()
-    + b'","data":{"message":{"type":"assistant","requestId":"r\\u0035","message":{"id":'
-    b'"m6","model":"claude-\\u006fpus-4-6","usage":{"input_tokens":2}}},'
-    b'"type":"agent_progress","agentId":"a\\u0067"}}',
-    b'{"uuid":"x20","parentUuid":"a1","type":"progress","timestamp":"' + TS.encode()
-    + b'","data":{"message":{"type":"assistant","requestId":"r7","message":{"id":"m7",'
-    b'"model":"claude-opus-4-6","usage":{"input_tokens":1e400}}},'
-    b'"type":"agent_progress","agentId":"ag1"}}',
+    copied(b"x17", b'{"type":"user","type":"assistant","requestId":"r3","message":'
+           b'{"id":"m3","model":"claude-opus-4-6","usage":{"input_tokens":2}}}'),
+    copied(b"x18", b'{"type":"assistant","requestId":"r4","message":{"id":"m4",'
+           b'"id":"m5","model":"claude-opus-4-6","usage":{"input_tokens":2}}}'),
+    copied(b"x19", b'{"type":"assistant","requestId":"r\\u0035","message":{"id":'
+           b'"m6","model":"claude-\\u006fpus-4-6","usage":{"input_tokens":2}}}',
+           agent=b"a\\u0067"),
+    copied(b"x20", b'{"type":"assistant","requestId":"r7","message":{"id":"m7",'
+           b'"model":"claude-opus-4-6","usage":{"input_tokens":1e400}}}'),
 ]
 #: Valid lines with odd types where the scan reads plain values.
 ODD: list[dict[str, Any]] = [
