@@ -59,6 +59,24 @@ def baseline_tree(rev: str, into: Path) -> Path | str:
     return tree
 
 
+#: The CLI's entry point, run from whichever tree ``PYTHONPATH`` names first.
+CLI = "import sys; sys.argv[0] = 'vakpipe'; from pipeline.cli import main; main()"
+
+
+def vakpipe_of(tree: Path, args: list[str], env: dict[str, str] | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    """``vakpipe ARGS`` of the project at ``tree`` (a :func:`baseline_tree`, or
+    :data:`REPO`) in a process of its own, in ``env`` (default this one's); one that
+    exits non-zero stops the benchmark with its last line of output."""
+    done = subprocess.run([sys.executable, "-c", CLI, *args], cwd=tree,
+                          env={**(os.environ if env is None else env), "PYTHONPATH": str(tree)},
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        sys.exit(f"vakpipe {args[0]} of {tree} exited {done.returncode}: {last}")
+    return done
+
+
 def fleet(name: str, *, sessions: int, seed: int, size_scale: float = 1.0) -> Path:
     """A generated fleet on local disk, reused across runs when already there."""
     root = BENCH_DIR / name

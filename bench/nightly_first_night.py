@@ -19,11 +19,9 @@ command's own process, one pair against HEAD. The figures are printed, never jud
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,10 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import MB, REPO, baseline_tree, corpus_bytes, fleet, sized_fleet
-
-#: The CLI's entry point, run from whichever tree ``PYTHONPATH`` names first.
-CLI = "import sys; sys.argv[0] = 'vakpipe'; from pipeline.cli import main; main()"
+from bench.common import MB, REPO, baseline_tree, corpus_bytes, fleet, sized_fleet, vakpipe_of
 
 
 @dataclass(frozen=True)
@@ -57,16 +52,9 @@ def first_night(tree: Path, root: Path, workers: int) -> Night:
     out = Path(tempfile.mkdtemp(prefix="vakpipe-bench-night-"))
     try:
         cpu0, t0 = children_cpu(), time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, "-c", CLI, "nightly", str(root), "--out", str(out), "--workers",
-             str(workers), "--no-progress", "--date", "2026-12-01"],
-            cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True,
-            text=True, check=False)
-        night = Night(time.perf_counter() - t0, children_cpu() - cpu0)
-        if done.returncode != 0:
-            last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
-            sys.exit(f"the first night of {tree} exited {done.returncode}: {last}")
-        return night
+        vakpipe_of(tree, ["nightly", str(root), "--out", str(out), "--workers", str(workers),
+                          "--no-progress", "--date", "2026-12-01"])
+        return Night(time.perf_counter() - t0, children_cpu() - cpu0)
     finally:
         shutil.rmtree(out, ignore_errors=True)
 

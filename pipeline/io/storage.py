@@ -12,7 +12,8 @@ import re
 import socket
 import stat
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -23,6 +24,7 @@ import fsspec
 import fsspec.compression
 from fsspec.core import split_protocol, url_to_fs
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
 
 from pipeline.errors import (
     EmptyInputError,
@@ -64,6 +66,15 @@ LINE_BUFFER_BYTES = 2**20
 MAX_LINE_BYTES = 64 * 2**20
 #: Pieces the rest of an over-long line is skipped in.
 SKIP_PIECE_BYTES = 2**20
+#: Objects of an object store opened ahead of the one being read (:class:`ReadAhead`):
+#: each waits a network round trip or two (the opening HEAD, the GET), which a batch of
+#: small sessions otherwise pays one object after another. Within s3fs's connection
+#: pool (10 by default).
+READ_AHEAD_OBJECTS = 8
+#: Only objects up to this size are read ahead, whole (one block: one GET): a larger
+#: one's round trip is small beside its reading, and the objects held ahead stay within
+#: :data:`READ_AHEAD_OBJECTS` times this.
+READ_AHEAD_MAX_BYTES = READ_BLOCK_BYTES
 
 # botocore retries and timeouts for S3: an unreachable endpoint should fail in seconds,
 # not after minutes of silent retries; throttling still gets adaptive backoff.
@@ -773,10 +784,111 @@ def _rest_skipped(readline: Callable[[int], bytes], limit: int, tap: Tap | None,
     return OversizeLine(size, limit, terminated=bool(piece))
 
 
+def reads_over_network(root: Location) -> bool:
+    """Whether reading an object under ``root`` waits on a network round trip (anything
+    but a local folder or fsspec's in-memory filesystem)."""
+    cls = fsspec.get_filesystem_class(root.protocol)
+    return not issubclass(cls, LocalFileSystem | MemoryFileSystem)
+
+
+class ReadAhead:
+    """Opens a batch's next small objects on threads while the current one is read.
+
+    A batch of small sessions on an object store is otherwise bound by round trips: each
+    object's open (a HEAD where the listing is not cached) and GET wait on the network
+    one after another, ~20-40 ms each against S3, which dwarfs the audit of a 100 KB
+    session. Here the :data:`READ_AHEAD_OBJECTS` objects after the one taken are opened
+    and their first block (for the objects read ahead, the whole object: at most
+    :data:`READ_AHEAD_MAX_BYTES`) fetched into the file object's cache, side by side;
+    :func:`open_lines` then reads the object from that cache, and checks its version as
+    it does any object's (the file object sends the ETag it opened as ``If-Match``).
+
+    Nothing is read ahead from a local folder or memory (no round trip to save), nor a
+    segment ledger, a known-unreadable object or one over :data:`READ_AHEAD_MAX_BYTES`;
+    and only while ``ready()`` says so (a batch pauses it until its endpoint answered,
+    and whenever it just failed to reach it: a dead endpoint is not sent a batch's worth
+    of requests). An object is taken once: a second read of it (it changed under the
+    first) opens it anew. Use as a context manager: the files opened ahead and never
+    taken are closed, the opens not yet started cancelled.
+    """
+
+    def __init__(self, root: Location, objects: Sequence[SessionObject],
+                 ready: Callable[[], bool] = lambda: True,
+                 depth: int = READ_AHEAD_OBJECTS) -> None:
+        self._root = root
+        self._objects = list(objects) if reads_over_network(root) else []
+        self._position = {obj.full_path: i for i, obj in enumerate(self._objects)}
+        self._ready = ready
+        self._depth = depth
+        self._next = 0  # the first object not yet considered for reading ahead
+        self._pending: dict[str, Future[Any]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> ReadAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for future in self._pending.values():
+            if not future.cancel():
+                future.add_done_callback(_close_opened)
+        self._pending.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def take(self, obj: SessionObject) -> Future[Any] | None:
+        """The opening of ``obj`` started ahead (its result, the open file object, or the
+        error the open raised), or ``None``: open it yourself. Starts reading ahead the
+        objects after it."""
+        position = self._position.get(obj.full_path)
+        if position is None:
+            return None
+        future = self._pending.pop(obj.full_path, None)
+        self._next = max(self._next, position + 1)
+        if self._ready():
+            self._fill(position + self._depth)
+        return future
+
+    def _fill(self, last: int) -> None:
+        end = min(last, len(self._objects) - 1)
+        while self._next <= end:
+            obj = self._objects[self._next]
+            self._next += 1
+            if (obj.unreadable is None and obj.key.storage != SEGMENTS
+                    and obj.size <= READ_AHEAD_MAX_BYTES):
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._depth,
+                                                    thread_name_prefix="vakpipe-read-ahead")
+                self._pending[obj.full_path] = self._pool.submit(
+                    _open_object, self._root, obj, True)
+
+
+def _open_object(root: Location, obj: SessionObject, fetch: bool = False) -> Any:
+    """``obj`` opened for reading in blocks of :data:`READ_BLOCK_BYTES`; with ``fetch``,
+    its first block fetched (into the file object's cache) and the file back at 0,
+    unless it opened another version than the one listed (:func:`open_lines` raises
+    then, before any GET)."""
+    raw = root.filesystem().open(obj.full_path, "rb", block_size=READ_BLOCK_BYTES)
+    if fetch:
+        try:
+            _check_version(obj, getattr(raw, "details", None) or {}, "since it was listed")
+            raw.read(1)
+            raw.seek(0)
+        except BaseException:
+            raw.close()
+            raise
+    return raw
+
+
+def _close_opened(future: Future[Any]) -> None:
+    """Close the file a read-ahead opened that nobody took."""
+    if not future.cancelled() and future.exception() is None:
+        future.result().close()
+
+
 @contextmanager
 def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_LINE_BYTES,
-               tap: Tap | None = None, segments_before: SegmentCheckpoint | None = None
-               ) -> Iterator[Iterator[bytes]]:
+               tap: Tap | None = None, segments_before: SegmentCheckpoint | None = None,
+               ahead: ReadAhead | None = None) -> Iterator[Iterator[bytes]]:
     """Open one session object for streamed, line-by-line reading.
 
     Yields an iterator of physical lines (bytes, with their ``\\n``), lines over
@@ -793,6 +905,7 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
     its last line.
 
     ``segments_before``: a nightly's checkpoint of a segment ledger (docs/segments.md).
+    ``ahead``: the batch's :class:`ReadAhead`, which may have opened the object already.
     """
     if obj.unreadable is not None:
         # Known at listing time (a dangling link): never opened, so never followed.
@@ -819,8 +932,10 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
             if read != opened:  # the same fields are the same version, checked above
                 _check_version(obj, read, "while it was read")
         return
+    started = ahead.take(obj) if ahead is not None else None
     try:
-        with root.filesystem().open(obj.full_path, "rb", block_size=READ_BLOCK_BYTES) as raw:
+        # The open's errors, also one made ahead, are raised here, as they are translated.
+        with started.result() if started is not None else _open_object(root, obj) as raw:
             # What the file object opened (a HEAD, or the cached listing).
             _check_version(obj, getattr(raw, "details", None) or {}, "since it was listed")
             # fsspec's own readline is slow; a C BufferedReader on top cuts lines fast.

@@ -23,6 +23,7 @@ from pipeline.errors import ObjectChangedError, PipelineError
 from pipeline.io.storage import (
     MAX_LINE_BYTES,
     Location,
+    ReadAhead,
     SessionObject,
     Tap,
     endpoint_unreachable,
@@ -108,6 +109,8 @@ class EndpointWatch:
     failures: int = 0
     #: The last such failure, quoted in the findings of the objects not attempted.
     last: str = ""
+    #: Whether the endpoint answered a read of this batch yet.
+    answered: bool = False
 
     def saw(self, err: BaseException | None) -> None:
         """Count one object's outcome: ``err``, the storage error its read ended with,
@@ -117,6 +120,12 @@ class EndpointWatch:
             self.last = _error_text(err)
         else:
             self.failures = 0
+            self.answered = True
+
+    def reachable(self) -> bool:
+        """Whether the endpoint is known to answer: it answered, and the last read
+        reached it (what a :class:`~pipeline.io.storage.ReadAhead` waits for)."""
+        return self.answered and not self.failures
 
     @property
     def dead(self) -> bool:
@@ -260,7 +269,8 @@ def read_object(root: Location, obj: SessionObject, context: RunContext, *,
                 spool: IO[bytes] | None = None,
                 new_hasher: Callable[[], PrefixHasher] | None = None,
                 watch: EndpointWatch | None = None,
-                segments_before: SegmentCheckpoint | None = None) -> ObjectRead:
+                segments_before: SegmentCheckpoint | None = None,
+                ahead: ReadAhead | None = None) -> ObjectRead:
     """Read and audit one session object: the one per-object pipeline of every run.
 
     The audit task, the replay task (and so the nightly) and ``vakpipe show`` all read
@@ -276,7 +286,7 @@ def read_object(root: Location, obj: SessionObject, context: RunContext, *,
     every byte too (a nightly's checkpoint); it is returned when it saw the whole
     object (also when the audit raised), else ``None``. ``segments_before``: a nightly's
     checkpoint of a segment ledger, checked on the way (the report returned as
-    ``segments``).
+    ``segments``). ``ahead``: the batch's :class:`~pipeline.io.storage.ReadAhead`.
     """
     hashers: list[PrefixHasher] = []
     reports: list[SegmentReport] = []
@@ -300,7 +310,8 @@ def read_object(root: Location, obj: SessionObject, context: RunContext, *,
             hashers.append(new_hasher())
             taps.append(hashers[0].update)
         with open_lines(root, version, max_line_bytes=context.max_line_bytes,
-                        tap=_tee(taps), segments_before=segments_before) as lines:
+                        tap=_tee(taps), segments_before=segments_before,
+                        ahead=ahead) as lines:
             if isinstance(lines, SegmentLines):
                 reports.append(lines.report)
             try:
@@ -340,11 +351,13 @@ def _tee(taps: list[Tap]) -> Tap | None:
 
 def audit_object(root: Location, obj: SessionObject,
                  context: RunContext | None = None,
-                 watch: EndpointWatch | None = None) -> SessionAudit:
+                 watch: EndpointWatch | None = None,
+                 ahead: ReadAhead | None = None) -> SessionAudit:
     """Audit one session object (:func:`read_object`, nothing spooled), the cyclic
     collector paused meanwhile (:func:`~pipeline.run.collector.cyclic_gc_paused`)."""
     with cyclic_gc_paused():
-        return read_object(root, obj, context or RunContext(), watch=watch).audit
+        return read_object(root, obj, context or RunContext(), watch=watch,
+                           ahead=ahead).audit
 
 
 def audit_batch(root: Location, index: int, batch: list[SessionObject],
@@ -364,13 +377,16 @@ def audit_batch(root: Location, index: int, batch: list[SessionObject],
 
     Once :data:`MAX_CONNECTION_FAILURES` objects in a row could not reach the storage
     endpoint, the rest of the batch is reported not read without a request
-    (:func:`not_attempted`): a dead endpoint ends the task in bounded time.
+    (:func:`not_attempted`): a dead endpoint ends the task in bounded time. The small
+    objects of an object store are opened ahead, once the endpoint answered
+    (:class:`~pipeline.io.storage.ReadAhead`).
     """
     watch = EndpointWatch()
     audits = []
-    for obj in batch:
-        audits.append(not_attempted(obj, watch) if watch.dead
-                      else audit_object(root, obj, context, watch))
+    with ReadAhead(root, batch, watch.reachable) as ahead:
+        for obj in batch:
+            audits.append(not_attempted(obj, watch) if watch.dead
+                          else audit_object(root, obj, context, watch, ahead))
     return audit_batch_result(index, batch, audits)
 
 

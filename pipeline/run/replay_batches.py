@@ -32,6 +32,7 @@ from pipeline.io.archive import ARCHIVE, write_compacted
 from pipeline.io.storage import (
     MAX_LINE_BYTES,
     Location,
+    ReadAhead,
     SessionObject,
     check_output,
     guarded_lines,
@@ -238,13 +239,13 @@ def audit_and_replay(
     new_hasher: Callable[[], PrefixHasher] | None = None,
     watch: EndpointWatch | None = None, *, spool: IO[bytes] | None = None,
     new_engine: Callable[[str | None], ReplayEngine] | None = None,
-    segments_before: SegmentCheckpoint | None = None,
+    segments_before: SegmentCheckpoint | None = None, ahead: ReadAhead | None = None,
 ) -> tuple[ObjectRead, SessionReplay | None, str | None]:
     """Audit one object and replay it, reading it from storage once
     (:func:`~pipeline.run.batches.read_object`, its bytes spooled); with the run's
     staging folder for copies, also write its compacted copy (whose path is returned).
 
-    ``new_hasher``, ``watch`` and ``segments_before`` are
+    ``new_hasher``, ``watch``, ``segments_before`` and ``ahead`` are
     :func:`~pipeline.run.batches.read_object`'s,
     ``new_engine`` :func:`replay_spooled`'s; ``spool``, a caller's spool that outlives
     the call (``vakpipe show`` reads it again), else a temporary one. No replay when
@@ -258,10 +259,10 @@ def audit_and_replay(
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as temporary:
             return audit_and_replay(root, obj, options, context, new_hasher, watch,
                                     spool=temporary, new_engine=new_engine,
-                                    segments_before=segments_before)
+                                    segments_before=segments_before, ahead=ahead)
     with cyclic_gc_paused():
         read = read_object(root, obj, context, spool=spool, new_hasher=new_hasher,
-                           watch=watch, segments_before=segments_before)
+                           watch=watch, segments_before=segments_before, ahead=ahead)
         if not read.read:
             return read, None, None
         try:
@@ -338,30 +339,32 @@ def replay_batch(root: Location, index: int, batch: list[SessionObject],
     # A dead storage endpoint: once it failed MAX_CONNECTION_FAILURES objects in a row,
     # the rest of the batch is reported not read, without a request.
     watch = EndpointWatch()
-    for obj in batch:
-        before = previous.get(obj.key.path) if previous is not None else None
-        if watch.dead:
-            audits.append(not_attempted(obj, watch))
+    with ReadAhead(root, batch, watch.reachable) as ahead:
+        for obj in batch:
+            before = previous.get(obj.key.path) if previous is not None else None
+            if watch.dead:
+                audits.append(not_attempted(obj, watch))
+                if previous is not None:
+                    checkpoints.extend(checkpoint_rows(obj.key.path, before, audits[-1],
+                                                       None, None))
+                continue
+            read, replayed, copy = audit_and_replay(
+                root, obj, options, context, None if previous is None else
+                partial(PrefixHasher, before.verified_bytes if before else None), watch,
+                segments_before=SegmentCheckpoint.from_json(before.segments)
+                if before is not None and obj.key.storage == SEGMENTS else None,
+                ahead=ahead)
+            audit = read.audit
             if previous is not None:
-                checkpoints.extend(checkpoint_rows(obj.key.path, before, audits[-1], None,
-                                                   None))
-            continue
-        read, replayed, copy = audit_and_replay(
-            root, obj, options, context, None if previous is None else
-            partial(PrefixHasher, before.verified_bytes if before else None), watch,
-            segments_before=SegmentCheckpoint.from_json(before.segments)
-            if before is not None and obj.key.storage == SEGMENTS else None)
-        audit = read.audit
-        if previous is not None:
-            checkpoints.extend(checkpoint_rows(obj.key.path, before, audit, replayed,
-                                               read.hasher, read.segments))
-        audits.append(audit)
-        if replayed is not None:
-            turns.extend(replayed.turns)
-            requests.extend(replayed.requests)
-            compaction.extend(replayed.compaction)
-        if copy is not None:
-            archived.append(copy)
+                checkpoints.extend(checkpoint_rows(obj.key.path, before, audit, replayed,
+                                                   read.hasher, read.segments))
+            audits.append(audit)
+            if replayed is not None:
+                turns.extend(replayed.turns)
+                requests.extend(replayed.requests)
+                compaction.extend(replayed.compaction)
+            if copy is not None:
+                archived.append(copy)
     result = audit_batch_result(index, batch, audits)
     result.extra["turns"] = rows_table(turns, TURNS_SCHEMA)
     result.extra["requests"] = rows_table(requests, REQUESTS_SCHEMA)

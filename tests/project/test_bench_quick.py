@@ -61,6 +61,10 @@ EXPECTED: dict[str, list[str]] = {
                             r"runner peak RSS slope", r"extrapolated to 1,000,000"],
     "nightly_first_night": [r"^fleet: .* MB in 20 sessions",
                             r"^first night against HEAD: (median [\d.]+ x over 1 pairs|skipped)"],
+    "object_store_latency": [
+        r"^fleet: .* MB in 12 sessions on moto behind 20 ms round trips",
+        r"^(audit on 20 ms round trips, in process, against HEAD: median [\d.]+ x over 1 "
+        r"rounds|against HEAD: skipped)"],
     "otel_export": [r"baseline price_usage by day,model", r"spans/s"],
     "segment_audit": [r"plain: 6 ledgers", r"sealed: 6 ledgers", r"x floor"],
     "segment_nightly": [r"keyless: .* night 2 / night 1 bytes read = [\d.]+",

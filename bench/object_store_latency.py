@@ -1,0 +1,203 @@
+"""An audit of many small sessions on an object store whose round trips take time.
+
+Against S3 every read of an object waits a round trip or two (a HEAD where the listing is
+not cached, then the GET), ~20-40 ms from a machine in the bucket's region, far more than
+the audit of a 100 KB session takes. Here moto's S3 server on 127.0.0.1 sits behind a
+TCP proxy that holds every chunk of bytes ``--rtt-ms / 2`` in each direction (so each
+request and its answer take one ``--rtt-ms`` round trip more). Both trees run
+``vakpipe audit s3://... --out OUT --no-progress`` as users do, each in a process of its
+own, in interleaved rounds: the tree at ``--baseline`` (extracted with ``git archive``,
+made ready as ``make`` makes this one: :func:`bench.common.baseline_tree`) and this one,
+in the command's own process (the default for an archive this small) and on a
+LocalCluster of ``--workers`` worker processes. Printed per round: wall seconds of each
+and the baseline / this tree ratio; then the median ratio per way. Each audit's summary
+is checked (every session read).
+
+Run: ``.venv/bin/python bench/object_store_latency.py [--baseline 5a1d80d]
+[--sessions 300] [--rtt-ms 20] [--rounds 3] [--workers 2]``. ``--quick`` (a test runs
+it): 12 small sessions, one round in process against HEAD. The figures are printed,
+never judged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import s3fs
+
+from bench.common import MB, REPO, baseline_tree, corpus_bytes, fleet, vakpipe_of
+from pipeline.synth.local_s3 import local_s3
+
+BUCKET = "latency"
+
+
+async def _forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   delay: float) -> None:
+    """Copy ``reader`` to ``writer``, each chunk written ``delay`` seconds after it was
+    read (in order: a link of that one-way latency, not a slow one)."""
+    chunks: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+    async def send() -> None:
+        while True:
+            due, data = await chunks.get()
+            if not data:
+                break
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+
+    sender = asyncio.ensure_future(send())
+    try:
+        with suppress(OSError):
+            while data := await reader.read(1 << 16):
+                chunks.put_nowait((time.monotonic() + delay, data))
+        chunks.put_nowait((0.0, b""))
+        with suppress(OSError):
+            await sender
+    finally:
+        if not sender.done():  # this side was cancelled: its sender goes too
+            sender.cancel()
+            with suppress(asyncio.CancelledError, OSError):
+                await sender
+
+
+@contextmanager
+def latency_proxy(upstream: str, rtt_ms: float) -> Iterator[str]:
+    """A TCP proxy to ``upstream`` (``http://host:port``) on 127.0.0.1 that adds
+    ``rtt_ms`` to every round trip; its endpoint for the block."""
+    target = urllib.parse.urlsplit(upstream)
+    delay = rtt_ms / 2000
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    servers: list[asyncio.Server] = []
+    stopping: list[asyncio.Event] = []
+    connections: set[asyncio.Task[None]] = set()
+
+    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        try:
+            up_r, up_w = await asyncio.open_connection(target.hostname, target.port)
+        except OSError:
+            client_w.close()
+            return
+        for w in (client_w, up_w):
+            w.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Held here: asyncio keeps only a weak reference to a connection's task.
+        this = asyncio.current_task()
+        assert this is not None
+        connections.add(this)
+        ways = {asyncio.ensure_future(_forward(client_r, up_w, delay)),
+                asyncio.ensure_future(_forward(up_r, client_w, delay))}
+        try:
+            # One side closed: so is the other (moto keeps its connections open).
+            _, rest = await asyncio.wait(ways, return_when=asyncio.FIRST_COMPLETED)
+            for way in rest:
+                way.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+        finally:
+            client_w.close()
+            up_w.close()
+            connections.discard(this)
+
+    async def serve() -> None:
+        servers.append(await asyncio.start_server(handle, "127.0.0.1", 0))
+        stopping.append(asyncio.Event())
+        started.set()
+        await stopping[0].wait()
+        servers[0].close()
+        # The connections still open (pooled by the clients): ended, not left pending.
+        while open_ := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+            for task in open_:
+                task.cancel()
+            await asyncio.gather(*open_, return_exceptions=True)
+
+    thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True)
+    thread.start()
+    started.wait()
+    try:
+        yield f"http://127.0.0.1:{servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        loop.call_soon_threadsafe(stopping[0].set)
+        thread.join(timeout=10)
+        loop.close()
+
+
+def audit(tree: Path, url: str, env: dict[str, str], workers: int | None) -> float:
+    """Wall seconds of ``vakpipe audit URL`` of ``tree`` into a new OUT; an audit that does
+    not read every session stops the benchmark with its last line of output."""
+    out = Path(tempfile.mkdtemp(prefix="vakpipe-bench-latency-"))
+    try:
+        t0 = time.perf_counter()
+        done = vakpipe_of(tree, ["audit", url, "--out", str(out / "out"), "--no-progress",
+                                 "--json",
+                                 *([] if workers is None else ["--workers", str(workers)])], env)
+        wall = time.perf_counter() - t0
+        summary = json.loads(done.stdout)
+        if summary.get("unread_objects"):
+            sys.exit(f"the audit of {tree} left {summary['unread_objects']} objects unread")
+        return wall
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", metavar="REV", default="5a1d80d")
+    ap.add_argument("--sessions", type=int, default=300)
+    ap.add_argument("--rtt-ms", type=float, default=20.0, help="round trip added (ms)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2, help="the cluster's --workers")
+    ap.add_argument("--quick", action="store_true",
+                    help="for make test: 12 sessions, one round in process against HEAD")
+    args = ap.parse_args()
+    ways: list[int | None] = [None, args.workers]
+    if args.quick:
+        args.baseline, args.sessions, args.rounds, ways = "HEAD", 12, 1, [None]
+    root = fleet(f"fleet-latency-{args.sessions}", sessions=args.sessions, seed=7)
+    print(f"fleet: {corpus_bytes(root) / MB:,.1f} MB in {args.sessions} sessions on moto "
+          f"behind {args.rtt_ms:g} ms round trips")
+    with tempfile.TemporaryDirectory(prefix="vakpipe-bench-baseline-") as scratch, \
+            local_s3() as server:
+        s3fs.S3FileSystem(skip_instance_cache=True).put(
+            f"{root}/", f"{BUCKET}/archive/", recursive=True)
+        tree = baseline_tree(args.baseline, Path(scratch))
+        if isinstance(tree, str):
+            print(f"against {args.baseline}: skipped ({tree})")
+            return
+        with latency_proxy(server.endpoint, args.rtt_ms) as endpoint:
+            env = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "AWS_ENDPOINT_URL_S3": endpoint}
+            url = f"s3://{BUCKET}/archive"
+            ratios: dict[int | None, list[float]] = {w: [] for w in ways}
+            for round_ in range(1, args.rounds + 1):
+                for workers in ways:
+                    way = "in process" if workers is None else f"--workers {workers}"
+                    old = audit(tree, url, env, workers)
+                    new = audit(REPO, url, env, workers)
+                    ratios[workers].append(old / new)
+                    print(f"round {round_}, {way}: {args.baseline} {old:6.2f} s, "
+                          f"this tree {new:6.2f} s = {old / new:.2f} x")
+    for workers, values in ratios.items():
+        way = "in process" if workers is None else f"--workers {workers}"
+        print(f"audit on {args.rtt_ms:g} ms round trips, {way}, against {args.baseline}: "
+              f"median {statistics.median(values):.2f} x over {len(values)} rounds")
+
+
+if __name__ == "__main__":
+    main()
