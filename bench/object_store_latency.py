@@ -1,21 +1,29 @@
-"""An audit of many small sessions on an object store whose round trips take time.
+"""Reading many small sessions, and a run's tables, on an object store whose round trips
+take time.
 
 Against S3 every read of an object waits a round trip or two (a HEAD where the listing is
 not cached, then the GET), ~20-40 ms from a machine in the bucket's region, far more than
 the audit of a 100 KB session takes. Here moto's S3 server on 127.0.0.1 sits behind a
 TCP proxy that holds every chunk of bytes ``--rtt-ms / 2`` in each direction (so each
-request and its answer take one ``--rtt-ms`` round trip more). Both trees run
-``vakpipe audit s3://... --out OUT --no-progress`` as users do, each in a process of its
-own, in interleaved rounds: the tree at ``--baseline`` (extracted with ``git archive``,
-made ready as ``make`` makes this one: :func:`bench.common.baseline_tree`) and this one,
-in the command's own process (the default for an archive this small) and on a
-LocalCluster of ``--workers`` worker processes. Printed per round: wall seconds of each
-and the baseline / this tree ratio; then the median ratio per way. Each audit's summary
-is checked (every session read).
+request and its answer take one ``--rtt-ms`` round trip more). Both trees run, as users
+do, each command in a process of its own, in interleaved rounds: the tree at
+``--baseline`` (extracted with ``git archive``, made ready as ``make`` makes this one:
+:func:`bench.common.baseline_tree`) and this one. Four ways:
+
+* ``vakpipe audit s3://... --out OUT`` (a local OUT) in the command's own process (the
+  default for an archive this small), and
+* on a LocalCluster of ``--workers`` worker processes (each audit's summary is checked:
+  every session read);
+* the second of two ``vakpipe nightly s3://... --out s3://...`` (nothing changed: every
+  table carried from the first night's partition on S3);
+* ``vakpipe cost`` of that nightly output (its tables read from S3).
+
+Printed per round: wall seconds of each tree and the baseline / this tree ratio; then
+the median ratio per way.
 
 Run: ``.venv/bin/python bench/object_store_latency.py [--baseline 5a1d80d]
 [--sessions 300] [--rtt-ms 20] [--rounds 3] [--workers 2]``. ``--quick`` (a test runs
-it): 12 small sessions, one round in process against HEAD. The figures are printed,
+it): 12 small sessions, one round, no cluster, against HEAD. The figures are printed,
 never judged.
 """
 
@@ -33,7 +41,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -140,8 +148,8 @@ def latency_proxy(upstream: str, rtt_ms: float) -> Iterator[str]:
 
 
 def audit(tree: Path, url: str, env: dict[str, str], workers: int | None) -> float:
-    """Wall seconds of ``vakpipe audit URL`` of ``tree`` into a new OUT; an audit that does
-    not read every session stops the benchmark with its last line of output."""
+    """Wall seconds of ``vakpipe audit URL`` of ``tree`` into a new local OUT; an audit
+    that does not read every session stops the benchmark."""
     out = Path(tempfile.mkdtemp(prefix="vakpipe-bench-latency-"))
     try:
         t0 = time.perf_counter()
@@ -157,6 +165,27 @@ def audit(tree: Path, url: str, env: dict[str, str], workers: int | None) -> flo
         shutil.rmtree(out, ignore_errors=True)
 
 
+def second_night(tree: Path, url: str, env: dict[str, str], out: str) -> float:
+    """Wall seconds of the second of two ``vakpipe nightly URL --out OUT`` of ``tree``
+    (nothing changed: every table carried from the first night's partition, on S3)."""
+    for day in ("2026-12-01", "2026-12-02"):
+        t0 = time.perf_counter()
+        vakpipe_of(tree, ["nightly", url, "--out", out, "--no-progress", "--date", day], env)
+    return time.perf_counter() - t0
+
+
+def cost(tree: Path, out: str, env: dict[str, str]) -> float:
+    """Wall seconds of ``vakpipe cost OUT`` of ``tree`` (a nightly output on S3, its
+    report in a local folder)."""
+    report = tempfile.mkdtemp(prefix="vakpipe-bench-latency-report-")
+    try:
+        t0 = time.perf_counter()
+        vakpipe_of(tree, ["cost", out, "--report-dir", report], env)
+        return time.perf_counter() - t0
+    finally:
+        shutil.rmtree(report, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", metavar="REV", default="5a1d80d")
@@ -165,11 +194,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2, help="the cluster's --workers")
     ap.add_argument("--quick", action="store_true",
-                    help="for make test: 12 sessions, one round in process against HEAD")
+                    help="for make test: 12 sessions, one round, no cluster, against HEAD")
     args = ap.parse_args()
-    ways: list[int | None] = [None, args.workers]
     if args.quick:
-        args.baseline, args.sessions, args.rounds, ways = "HEAD", 12, 1, [None]
+        args.baseline, args.sessions, args.rounds = "HEAD", 12, 1
     root = fleet(f"fleet-latency-{args.sessions}", sessions=args.sessions, seed=7)
     print(f"fleet: {corpus_bytes(root) / MB:,.1f} MB in {args.sessions} sessions on moto "
           f"behind {args.rtt_ms:g} ms round trips")
@@ -184,18 +212,27 @@ def main() -> None:
         with latency_proxy(server.endpoint, args.rtt_ms) as endpoint:
             env = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "AWS_ENDPOINT_URL_S3": endpoint}
             url = f"s3://{BUCKET}/archive"
-            ratios: dict[int | None, list[float]] = {w: [] for w in ways}
+
+            def nights(t: Path, round_: int) -> str:
+                return f"s3://{BUCKET}/nights-{'this' if t == REPO else 'base'}-{round_}"
+
+            ways: dict[str, Callable[[Path, int], float]] = {
+                "audit in process": lambda t, r: audit(t, url, env, None),
+                f"audit --workers {args.workers}": lambda t, r: audit(t, url, env, args.workers),
+                "second night": lambda t, r: second_night(t, url, env, nights(t, r)),
+                "cost of that output": lambda t, r: cost(t, nights(t, r), env),
+            }
+            if args.quick:
+                del ways[f"audit --workers {args.workers}"]
+            ratios: dict[str, list[float]] = {way: [] for way in ways}
             for round_ in range(1, args.rounds + 1):
-                for workers in ways:
-                    way = "in process" if workers is None else f"--workers {workers}"
-                    old = audit(tree, url, env, workers)
-                    new = audit(REPO, url, env, workers)
-                    ratios[workers].append(old / new)
+                for way, timed in ways.items():
+                    old, new = timed(tree, round_), timed(REPO, round_)
+                    ratios[way].append(old / new)
                     print(f"round {round_}, {way}: {args.baseline} {old:6.2f} s, "
                           f"this tree {new:6.2f} s = {old / new:.2f} x")
-    for workers, values in ratios.items():
-        way = "in process" if workers is None else f"--workers {workers}"
-        print(f"audit on {args.rtt_ms:g} ms round trips, {way}, against {args.baseline}: "
+    for way, values in ratios.items():
+        print(f"{way} on {args.rtt_ms:g} ms round trips against {args.baseline}: "
               f"median {statistics.median(values):.2f} x over {len(values)} rounds")
 
 

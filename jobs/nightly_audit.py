@@ -34,10 +34,10 @@ from pipeline.io.commit import (
     NIGHT_PARTITION,
     STAGING,
     SUCCESS,
+    CommittedRun,
     StagedRun,
     new_run_id,
     other_archive,
-    read_dataset,
     read_manifest,
     write_small_file,
 )
@@ -268,21 +268,32 @@ class NightlySummary:
                 "changes": dict(sorted(self.changes.items()))}
 
 
-def _from_baseline(baseline: Location, dataset: str, way_out: Callable[[], str]) -> pa.Table:
+def _baseline_run(baseline: Location, way_out: Callable[[], str]) -> CommittedRun:
+    """The baseline's committed run as of its manifest, read once: every table the night
+    takes from it is of that one commit (and each read does not fetch the manifest
+    again: on an object store, two round trips a table)."""
+    manifest = _manifest(baseline)
+    if manifest is None:
+        raise BaselineError(f"baseline {baseline.url}: its {MANIFEST} is gone; {way_out()}")
+    return CommittedRun(baseline, manifest)
+
+
+def _from_baseline(baseline: CommittedRun, dataset: str,
+                   way_out: Callable[[], str]) -> pa.Table:
     """A dataset of the baseline; one that cannot be read whole is a :class:`BaselineError`
     (a storage failure stays one: the night can simply be run again)."""
     try:
-        return read_dataset(baseline, dataset)
+        return baseline.read(dataset)
     except (FileNotFoundError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
         # A part file gone, or bytes that are not its table: the rows are lost.
         raise BaselineError(
-            f"baseline {baseline.url}: its {dataset} table is unreadable "
+            f"baseline {baseline.location.url}: its {dataset} table is unreadable "
             f"({printable(f'{type(err).__name__}: {err}', 160)}); {way_out()}") from err
     except storage_errors() as err:
-        raise storage_error(err, baseline.url) from err
+        raise storage_error(err, baseline.location.url) from err
 
 
-def check_same_root(root: Location, baseline: Location) -> None:
+def check_same_root(root: Location, baseline: CommittedRun) -> None:
     """Refuse a night of another archive than its baseline's.
 
     Raises
@@ -290,14 +301,14 @@ def check_same_root(root: Location, baseline: Location) -> None:
     UsageError
         The baseline's manifest names another root (``--allow-other-root`` accepts it).
     """
-    before = other_archive(_manifest(baseline) or {}, root)
+    before = other_archive(baseline.manifest, root)
     if before is not None:
         raise UsageError(f"{root.url} is not the archive the baseline audited ({before}, "
-                         f"{baseline.url}): every session would be reported missing; "
-                         "--allow-other-root to accept it")
+                         f"{baseline.location.url}): every session would be reported "
+                         "missing; --allow-other-root to accept it")
 
 
-def _checkpoints(baseline: Location | None,
+def _checkpoints(baseline: CommittedRun | None,
                  way_out: Callable[[], str]) -> dict[str, Checkpoint]:
     if baseline is None:
         return {}
@@ -305,18 +316,17 @@ def _checkpoints(baseline: Location | None,
     try:
         return {row["session_path"]: Checkpoint.from_row(row) for row in table.to_pylist()}
     except (KeyError, TypeError) as err:
-        raise BaselineError(f"baseline {baseline.url}: its checkpoints table is not one "
-                            f"({err!r}); {way_out()}") from err
+        raise BaselineError(f"baseline {baseline.location.url}: its checkpoints table is "
+                            f"not one ({err!r}); {way_out()}") from err
 
 
-def _carry(staged: StagedRun, baseline: Location, paths: set[str],
+def _carry(staged: StagedRun, baseline: CommittedRun, paths: set[str],
            missing: list[Checkpoint], run: RunSummary, way_out: Callable[[], str]) -> None:
     """Stage the baseline's rows of ``paths`` and the rows of missing sessions; count
     both into ``run``."""
-    manifest = _manifest(baseline) or {"datasets": {}}
     keep = pa.array(sorted(paths), pa.string())
     for offset, name in enumerate(sorted(staged.schemas)):
-        if name not in manifest["datasets"] or not paths:
+        if name not in baseline.datasets or not paths:
             continue
         table = _from_baseline(baseline, name, way_out)
         table = table.filter(pc.is_in(table["session_path"], value_set=keep))
@@ -388,12 +398,12 @@ def run_nightly(
     else:
         baseline = latest_partition(out, day)
     way_out = functools.partial(_way_out_before, out, day, baseline)
-    if baseline is not None and not allow_other_root:
-        check_same_root(root, baseline)
-    previous = _checkpoints(baseline, way_out)
+    committed = _baseline_run(baseline, way_out) if baseline is not None else None
+    if committed is not None and not allow_other_root:
+        check_same_root(root, committed)
+    previous = _checkpoints(committed, way_out)
     fingerprint = options_fingerprint(options)
-    same_options = baseline is not None and \
-        (_manifest(baseline) or {}).get("options") == fingerprint
+    same_options = committed is not None and committed.manifest.get("options") == fingerprint
     listing = list_sessions(root)
     to_read, unchanged = [], set()
     changes: Counter[str] = Counter()
@@ -422,8 +432,8 @@ def run_nightly(
     def before_commit(staged: StagedRun) -> None:
         for code in ("history_truncated", "history_rewritten"):
             changes[code] = run.codes[code]
-        if baseline is not None:
-            _carry(staged, baseline, unchanged, missing, run, way_out)
+        if committed is not None:
+            _carry(staged, committed, unchanged, missing, run, way_out)
 
     execute_run(root, target, Listing(to_read, listing.skipped, listing.skipped_examples),
                 run, scheduler=scheduler, workers=workers, progress=progress,

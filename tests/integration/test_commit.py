@@ -55,7 +55,9 @@ from pipeline.io.storage import Location, check_output, enumerate_sessions, reso
 from pipeline.ledger.types import Code, Finding
 from pipeline.run.batches import BatchResult, RunContext, audit_batch
 from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3
 from pipeline.tables.schemas import DATASETS, SESSIONS_SCHEMA, findings_table
+from tests.helpers.fault_proxy import fault_proxy
 from tests.helpers.storage import BUCKET, Places, places, plain_rows
 
 SESSIONS, FINDINGS = "integrity/sessions", "integrity/findings"
@@ -437,6 +439,30 @@ def test_a_run_is_read_as_of_the_manifest_it_was_opened_with(where: Places) -> N
     with pytest.raises(FileNotFoundError, match="no committed dataset 'nothing'"):
         run.read("nothing")
     assert open_run(out).read(SESSIONS)["session_path"].to_pylist() == ["b"]  # type: ignore[union-attr]
+
+
+def test_on_s3_a_run_of_many_parts_reads_them_side_by_side_in_manifest_order(
+    s3: LocalS3
+) -> None:
+    """Each part once: one HEAD and one GET (pyarrow opening the path itself sent five
+    HEADs and two GETs), the parts side by side, their rows in the manifest's order; a
+    part gone is the same one error as when read one by one."""
+    out = resolve(f"s3://{BUCKET}/out")
+    names = [f"s{i}" for i in range(6)]
+    staged(out, "first", {i: [name] for i, name in enumerate(names)}).commit({})
+    with fault_proxy(s3.endpoint) as proxy:
+        run = open_run(resolve(out.url, {"endpoint_url": proxy.endpoint}))
+        assert run is not None
+        proxy.clear()
+        assert run.read(SESSIONS)["session_path"].to_pylist() == names
+        parts = [r for r in proxy.requests() if r.key.startswith(f"out/{SESSIONS}/")]
+        assert sorted((r.method, r.key) for r in parts) == sorted(
+            (method, f"out/{SESSIONS}/{name}") for method in ("GET", "HEAD")
+            for name in run.datasets[SESSIONS]["files"])
+        assert [r for r in proxy.requests() if r.key.endswith(MANIFEST)] == []
+        staged(out, "second", {0: ["b"]}).commit({})
+        with pytest.raises(RunReplacedError, match="run first was replaced by a newer commit"):
+            run.read(SESSIONS)
 
 
 def test_a_damaged_part_of_a_run_is_one_error_naming_its_table(where: Places) -> None:

@@ -33,6 +33,8 @@ from pipeline.io.commit import MANIFEST, read_manifest
 from pipeline.io.storage import Location, enumerate_sessions, resolve
 from pipeline.run.replay_batches import ReplayOptions, replay_batch
 from pipeline.synth.fleet import GROUND_TRUTH, grow_session, write_fleet
+from pipeline.synth.local_s3 import LocalS3
+from tests.helpers.fault_proxy import fault_proxy
 from tests.helpers.fleets import copied_fleet
 from tests.helpers.storage import BUCKET, committed_rows
 
@@ -407,3 +409,24 @@ def test_smoke_s3_two_nights_with_compaction(s3: object, scheduler: str,
     for dataset in (*DATASETS, "compaction"):
         assert rows(loc, D2, dataset) == rows(loc, D1, dataset), dataset
     assert rows(loc, D2, "compaction")
+
+
+def test_on_s3_a_night_reads_its_baseline_manifest_once_for_all_its_tables(
+    s3: LocalS3
+) -> None:
+    """The carried tables are of the one commit the night found (a manifest read per
+    table cost two round trips each, twelve reads a night)."""
+    root, out = f"s3://{BUCKET}/archive", f"s3://{BUCKET}/reports/nightly"
+    write_fleet(resolve(root), sessions=4, seed=11, size_scale=0.2, consistent=False)
+    with fault_proxy(s3.endpoint) as proxy:
+        via = ("--storage-option", f"endpoint_url={proxy.endpoint}")
+        for day in (D1, D2):
+            proxy.clear()
+            assert run(["nightly", root, "--out", out, "--date", day.isoformat(),
+                        "--workers", "0", "--no-progress", *via]) == 0
+        baseline = partition(resolve(out), D1).path.split("/", 1)[1]
+        manifests = proxy.requests(f"{baseline}/{MANIFEST}", "GET")
+        # One as the baseline is found, one as its run is opened.
+        assert len(manifests) == 2
+    assert rows(resolve(out), D2, "integrity/sessions") == rows(resolve(out), D1,
+                                                               "integrity/sessions")
