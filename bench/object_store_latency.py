@@ -8,7 +8,7 @@ TCP proxy that holds every chunk of bytes ``--rtt-ms / 2`` in each direction (so
 request and its answer take one ``--rtt-ms`` round trip more). Both trees run, as users
 do, each command in a process of its own, in interleaved rounds: the tree at
 ``--baseline`` (extracted with ``git archive``, made ready as ``make`` makes this one:
-:func:`bench.common.baseline_tree`) and this one. Four ways:
+:func:`bench.common.baseline_tree`) and this one. Five ways:
 
 * ``vakpipe audit s3://... --out OUT`` (a local OUT) in the command's own process (the
   default for an archive this small), and
@@ -16,7 +16,8 @@ do, each command in a process of its own, in interleaved rounds: the tree at
   every session read);
 * the second of two ``vakpipe nightly s3://... --out s3://...`` (nothing changed: every
   table carried from the first night's partition on S3);
-* ``vakpipe cost`` of that nightly output (its tables read from S3).
+* ``vakpipe cost`` of that nightly output (its tables read from S3);
+* ``vakpipe dashboard`` of it (both nights' manifests and integrity tables).
 
 Printed per round: wall seconds of each tree and the baseline / this tree ratio; then
 the median ratio per way.
@@ -186,6 +187,17 @@ def cost(tree: Path, out: str, env: dict[str, str]) -> float:
         shutil.rmtree(report, ignore_errors=True)
 
 
+def dashboard(tree: Path, out: str, env: dict[str, str]) -> float:
+    """Wall seconds of ``vakpipe dashboard OUT`` of ``tree`` (its page in a local file)."""
+    page = Path(tempfile.mkdtemp(prefix="vakpipe-bench-latency-page-"))
+    try:
+        t0 = time.perf_counter()
+        vakpipe_of(tree, ["dashboard", out, "--html", str(page / "dashboard.html")], env)
+        return time.perf_counter() - t0
+    finally:
+        shutil.rmtree(page, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", metavar="REV", default="5a1d80d")
@@ -221,6 +233,7 @@ def main() -> None:
                 f"audit --workers {args.workers}": lambda t, r: audit(t, url, env, args.workers),
                 "second night": lambda t, r: second_night(t, url, env, nights(t, r)),
                 "cost of that output": lambda t, r: cost(t, nights(t, r), env),
+                "dashboard of its nights": lambda t, r: dashboard(t, nights(t, r), env),
             }
             if args.quick:
                 del ways[f"audit --workers {args.workers}"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
+import pyarrow as pa
 
 from pipeline.costs.dashboard import (
     FINDING_COLUMNS,
@@ -42,7 +43,7 @@ from pipeline.io.commit import (
 from pipeline.io.delta import NIGHT, NIGHTS, Tables, nights_span, table_exists
 from pipeline.io.delta import nights as committed_nights
 from pipeline.io.files import write_file
-from pipeline.io.storage import Location, storage_error, storage_errors
+from pipeline.io.storage import Location, map_io, storage_error, storage_errors
 from pipeline.tables.partial import InputRun
 
 #: The page's name under OUT when no ``--html`` is given.
@@ -102,6 +103,16 @@ def _runs(out: Location) -> list[tuple[str, CommittedRun]]:
     return runs
 
 
+def _integrity(run: CommittedRun) -> tuple[pa.Table, pa.Table] | None:
+    """The columns of a night's sessions and findings the page shows; ``None`` when its
+    Delta version has expired."""
+    try:
+        return (run.read("integrity/sessions", SESSION_COLUMNS),
+                run.read("integrity/findings", FINDING_COLUMNS))
+    except ExpiredVersionError:
+        return None
+
+
 def dashboard_job(out: Location, *, html: Location | None = None,
                   prices: str | None = None) -> DashboardOutcome:
     """Build and write the dashboard of the run or nightly output under ``out``.
@@ -132,14 +143,14 @@ def dashboard_job(out: Location, *, html: Location | None = None,
             # The page lands in no archive a night read, on no night's files.
             check_reader_output(run, out, dest, folder=False)
         nights, sessions, expired = [], None, []
-        for label, run in runs:
-            # Only what the page shows: a year of nights is 365 tables of each.
-            try:
-                sessions = run.read("integrity/sessions", SESSION_COLUMNS)
-                findings = run.read("integrity/findings", FINDING_COLUMNS)
-            except ExpiredVersionError:  # never the newest night's
+        # Only what the page shows: a year of nights is 365 tables of each, read side by
+        # side on an object store.
+        for (label, run), tables in zip(runs, map_io(out, _integrity, [r for _, r in runs]),
+                                        strict=True):
+            if tables is None:  # an expired version: never the newest night's
                 expired.append(label)
                 continue
+            sessions, findings = tables
             nights.append(night_of(label, sessions, findings,
                                    partial=InputRun.of(run.location.url, run.manifest).partial))
         _, newest = runs[-1]

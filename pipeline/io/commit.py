@@ -31,7 +31,6 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -53,12 +52,11 @@ from pipeline.errors import (
 )
 from pipeline.io.archive import ARCHIVE
 from pipeline.io.storage import (
-    READ_AHEAD_OBJECTS,
     Location,
     check_output,
     locate,
+    map_io,
     printable,
-    reads_over_network,
     storage_error,
     storage_errors,
     unsafe_segment,
@@ -848,13 +846,9 @@ class CommittedRun:
             # A listing this process cached before the run committed would not know its
             # files.
             fs.invalidate_cache(self.location.join(dataset))
-            paths = [self.location.join(dataset, name) for name in entry["files"]]
-            read = partial(_read_part, fs, columns=columns)
-            if len(paths) > 1 and reads_over_network(self.location):
-                # Each part waits on its round trips: side by side, in the manifest's order.
-                with ThreadPoolExecutor(READ_AHEAD_OBJECTS) as pool:
-                    return pa.concat_tables(pool.map(read, paths))
-            return pa.concat_tables(map(read, paths))
+            return pa.concat_tables(map_io(
+                self.location, partial(_read_part, fs, columns=columns),
+                [self.location.join(dataset, name) for name in entry["files"]]))
         except FileNotFoundError as err:
             if _run_id(read_manifest(self.location)) == _run_id(self.manifest):
                 raise CorruptTableError(
@@ -1076,10 +1070,7 @@ def committed_partitions(out: Location) -> list[tuple[str, Location, dict[str, A
     CorruptManifestError
         A partition's manifest is not one vakpipe writes.
     """
-    nights = []
-    for day, name in _partition_names(out):
-        loc = out.child(name)
-        manifest = read_manifest(loc)
-        if manifest is not None:
-            nights.append((day, loc, manifest))
-    return nights
+    folders = [(day, out.child(name)) for day, name in _partition_names(out)]
+    manifests = map_io(out, lambda folder: read_manifest(folder[1]), folders)
+    return [(day, loc, manifest) for (day, loc), manifest in zip(folders, manifests, strict=True)
+            if manifest is not None]

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from operator import attrgetter
-from typing import Any
+from typing import Any, TypeVar
 
 import fsspec
 import fsspec.compression
@@ -66,6 +66,9 @@ LINE_BUFFER_BYTES = 2**20
 MAX_LINE_BYTES = 64 * 2**20
 #: Pieces the rest of an over-long line is skipped in.
 SKIP_PIECE_BYTES = 2**20
+T = TypeVar("T")
+R = TypeVar("R")
+
 #: Objects of an object store opened ahead of the one being read (:class:`ReadAhead`):
 #: each waits a network round trip or two (the opening HEAD, the GET), which a batch of
 #: small sessions otherwise pays one object after another. Within s3fs's connection
@@ -789,6 +792,18 @@ def reads_over_network(root: Location) -> bool:
     but a local folder or fsspec's in-memory filesystem)."""
     cls = fsspec.get_filesystem_class(root.protocol)
     return not issubclass(cls, LocalFileSystem | MemoryFileSystem)
+
+
+def map_io(where: Location, read: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """``[read(item) for item in items]``, side by side on :data:`READ_AHEAD_OBJECTS`
+    threads when ``where`` reads over the network (each read waits on its round trips),
+    else one after another. The results are in the items' order; the first item's error
+    (in that order) is raised, as the loop would raise it."""
+    todo = list(items)
+    if len(todo) < 2 or not reads_over_network(where):
+        return [read(item) for item in todo]
+    with ThreadPoolExecutor(READ_AHEAD_OBJECTS, thread_name_prefix="vakpipe-read") as pool:
+        return list(pool.map(read, todo))
 
 
 class ReadAhead:

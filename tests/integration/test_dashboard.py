@@ -17,10 +17,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+import s3fs
 
 from pipeline.io.storage import resolve
 from pipeline.synth.fleet import write_fleet
-from tests.helpers.storage import run_vakpipe
+from pipeline.synth.local_s3 import LocalS3
+from tests.helpers.storage import BUCKET, run_vakpipe
 from tests.integration.test_report_browser import SCREENSHOTS, WIDTH, Charts, browse, png_size
 
 vakpipe = run_vakpipe
@@ -179,3 +181,17 @@ def test_a_delta_nightly_output_has_one_point_per_night(tmp_path: Path) -> None:
     assert not (out / "nights" / "x.html").exists() and not (out / "costs.csv").exists()
     done = vakpipe("audit", str(root), "--out", str(out), "--workers", "0")  # a run at OUT
     assert done.returncode == 2 and "is a nightly output" in done.stderr, done.stderr
+
+
+def test_the_same_output_on_s3_gives_the_same_nights(
+    nightly: Path, page: tuple[Path, dict], s3: LocalS3, tmp_path: Path
+) -> None:
+    """On an object store the nights' manifests and tables are read side by side
+    (``map_io``): the nights come out the same, in order."""
+    s3fs.S3FileSystem(skip_instance_cache=True).put(f"{nightly}/", f"{BUCKET}/nightly/",
+                                                    recursive=True)
+    dest = tmp_path / "fleet.html"
+    done = vakpipe("dashboard", f"s3://{BUCKET}/nightly", "--html", str(dest), "--json")
+    assert done.returncode == 0, done.stderr
+    _, local = page
+    assert json.loads(done.stdout)["nights"] == local["nights"]

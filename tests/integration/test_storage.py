@@ -29,6 +29,7 @@ from pipeline.io.storage import (
     check_output,
     enumerate_sessions,
     locate,
+    map_io,
     open_lines,
     parse_storage_options,
     resolve,
@@ -481,3 +482,23 @@ def test_storage_error_translation(err: BaseException, expected: str) -> None:
     translated = storage_error(err, "s3://b/k")
     assert isinstance(translated, StorageError)
     assert one_line(translated).startswith(expected)
+
+
+def test_map_io_reads_side_by_side_only_over_the_network(s3: LocalS3) -> None:
+    """In the items' order either way; threads only where a read waits on round trips;
+    the first failing item's error, as a loop would raise it."""
+    import threading
+
+    def read(item: int) -> tuple[int, str]:
+        if item in (2, 3):
+            raise ValueError(f"item {item}")
+        return item, threading.current_thread().name
+
+    for url, threaded in ((f"s3://{BUCKET}/x", True), ("memory://x", False)):
+        where = resolve(url)
+        got = map_io(where, read, [0, 1, 4, 5])
+        assert [i for i, _ in got] == [0, 1, 4, 5]
+        assert all(name.startswith("vakpipe-read") == threaded for _, name in got)
+        with pytest.raises(ValueError, match="item 2"):
+            map_io(where, read, range(6))
+    assert map_io(resolve(f"s3://{BUCKET}/x"), read, [7]) == [(7, "MainThread")]

@@ -65,7 +65,8 @@ EXPECTED: dict[str, list[str]] = {
         r"^fleet: .* MB in 12 sessions on moto behind 20 ms round trips",
         *(rf"^({way} on 20 ms round trips against HEAD: median [\d.]+ x over 1 rounds|"
           r"against HEAD: skipped)"
-          for way in ("audit in process", "second night", "cost of that output"))],
+          for way in ("audit in process", "second night", "cost of that output",
+                      "dashboard of its nights"))],
     "otel_export": [r"baseline price_usage by day,model", r"spans/s"],
     "segment_audit": [r"plain: 6 ledgers", r"sealed: 6 ledgers", r"x floor"],
     "segment_nightly": [r"keyless: .* night 2 / night 1 bytes read = [\d.]+",
