@@ -6,6 +6,8 @@
   so worker processes and ``vakpipe`` subprocesses inherit them.
 - ``s3`` (function): the server reset (every bucket dropped) and a fresh test bucket,
   like s3fs's own test-suite does.
+- ``proxy`` (function): the fault proxy of :mod:`tests.helpers.fault_proxy` in front of
+  ``s3``, no rule yet (its requests logged).
 - ``dask_scheduler`` (session): the address of a LocalCluster of two single-threaded
   worker processes, to pass as ``scheduler=`` where a test does not need its own
   cluster (``run_audit`` starts one per call otherwise: ~2.5 s each); tests take it
@@ -37,6 +39,7 @@ from distributed import Client, LocalCluster
 from fsspec.implementations.memory import MemoryFileSystem
 
 from pipeline.synth.local_s3 import LocalS3, free_port, local_s3
+from tests.helpers.fault_proxy import FaultProxy, fault_proxy
 from tests.helpers.storage import BUCKET
 
 
@@ -88,6 +91,14 @@ def s3(s3_server: LocalS3) -> Iterator[LocalS3]:
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     fs.mkdir(BUCKET)
     yield s3_server
+
+
+@pytest.fixture
+def proxy(s3: LocalS3) -> Iterator[FaultProxy]:
+    """The fault proxy (:mod:`tests.helpers.fault_proxy`) in front of the test's moto
+    server, no rule yet."""
+    with fault_proxy(s3.endpoint) as p:
+        yield p
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,18 +28,12 @@ from pipeline.run import batches
 from pipeline.run.batches import EndpointWatch, audit_batch, audit_batch_result, audit_object
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
-from tests.helpers.fault_proxy import FaultProxy, Rule, fault_proxy
+from tests.helpers.fault_proxy import FaultProxy, Rule
 from tests.helpers.ledgers import LedgerBuilder, usage
 from tests.helpers.storage import BUCKET
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 SESSIONS = 12
-
-
-@pytest.fixture
-def proxy(s3: LocalS3) -> Iterator[FaultProxy]:
-    with fault_proxy(s3.endpoint) as p:
-        yield p
 
 
 @pytest.fixture

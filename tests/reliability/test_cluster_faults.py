@@ -37,7 +37,7 @@ from pipeline.run.replay_batches import ReplayOptions
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
 from pipeline.tables.schemas import DATASETS, REPLAY_DATASETS
-from tests.helpers.fault_proxy import FaultProxy, Rule, fault_proxy
+from tests.helpers.fault_proxy import FaultProxy, Rule
 from tests.helpers.storage import BUCKET, committed_rows
 
 ARCHIVE = f"s3://{BUCKET}/archive"
@@ -67,12 +67,6 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> 
         if time.monotonic() > deadline:
             pytest.fail(f"gave up waiting for {what}")
         time.sleep(0.05)
-
-
-@pytest.fixture
-def proxy(s3: LocalS3) -> Iterator[FaultProxy]:
-    with fault_proxy(s3.endpoint) as p:
-        yield p
 
 
 # --- row 8: a worker killed mid-task ------------------------------------------------------

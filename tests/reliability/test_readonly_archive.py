@@ -16,7 +16,6 @@ HEAD under ``archive/``, while the outputs were written (so writes would have be
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 import s3fs
@@ -25,16 +24,10 @@ from pipeline.cli import EXIT_OK, EXIT_PARTIAL, EXIT_UNUSABLE, run
 from pipeline.io.storage import enumerate_sessions, resolve
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
-from tests.helpers.fault_proxy import READ_METHODS, FaultProxy, Rule, fault_proxy
+from tests.helpers.fault_proxy import READ_METHODS, FaultProxy, Rule
 from tests.helpers.storage import BUCKET
 
 ARCHIVE = f"s3://{BUCKET}/archive"
-
-
-@pytest.fixture
-def proxy(s3: LocalS3) -> Iterator[FaultProxy]:
-    with fault_proxy(s3.endpoint) as p:
-        yield p
 
 
 def snapshot(fs: s3fs.S3FileSystem) -> dict[str, tuple[str, bytes]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -36,20 +36,13 @@ from pipeline.ledger.types import Code
 from pipeline.run.batches import audit_object, read_consistently
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
-from tests.helpers.fault_proxy import FaultProxy, Rule, fault_proxy
+from tests.helpers.fault_proxy import FaultProxy, Rule
 from tests.helpers.ledgers import LedgerBuilder, session_key
 from tests.helpers.storage import BUCKET, committed_rows
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 INTEGRITY = ("integrity/sessions", "integrity/findings", "usage")
 REPLAY = (*INTEGRITY, "turns", "requests")
-
-
-@pytest.fixture
-def proxy(s3: LocalS3) -> Iterator[FaultProxy]:
-    """The fault proxy in front of the test's moto server (no rule yet)."""
-    with fault_proxy(s3.endpoint) as p:
-        yield p
 
 
 @pytest.fixture
