@@ -42,6 +42,7 @@ from pipeline.io.storage import (
     check_output,
     enumerate_sessions,
     printable,
+    reads_over_network,
     storage_error,
     storage_errors,
 )
@@ -234,7 +235,8 @@ def _may_set_address(path: str) -> bool:
 
 #: A run that replays (replay, nightly, compaction) whose listing holds at most this
 #: many bytes and :data:`LOCAL_MAX_SESSIONS` sessions (both times :func:`core_factor`
-#: for an archive in a folder: :data:`LOCAL_PROTOCOLS`) runs in this process. Importing
+#: for an archive in a folder or in memory, whose reads wait on no network: see
+#: :func:`~pipeline.io.storage.reads_over_network`) runs in this process. Importing
 #: distributed and starting and closing a LocalCluster cost ~0.7 s of the command's wall
 #: on two cores (on a machine twice as fast as well) against an in-process replay of
 #: ~40-55 MB/s on one core: the bytes a cluster needs to catch up are about that cost
@@ -251,8 +253,6 @@ LOCAL_MAX_SESSIONS = 2000
 #: A LocalCluster of N single-threaded workers runs a large archive ~0.9 N times as fast
 #: as one process (measured 1.6-1.8x on two cores).
 WORKER_SPEEDUP = 0.9
-#: Archives whose reads cost no network round trip: the factor below is theirs.
-LOCAL_PROTOCOLS = frozenset({"file", "memory"})
 #: At most this many times the limits above: on one core a cluster never catches up, and
 #: past that a run keeps what only a cluster gives (a worker that dies is a finding).
 MAX_CORE_FACTOR = 3.0
@@ -983,7 +983,7 @@ def execute_run(
         if listing.sessions:
             with executor_for(listing, scheduler, workers, threads=in_process,
                               replays=replay is not None,
-                              local=root.protocol in LOCAL_PROTOCOLS) as run:
+                              local=not reads_over_network(root)) as run:
                 summary.failed_batches += run_batches(
                     run, root, listing, collect, context, progress=progress,
                     replay=replay, previous=previous)
