@@ -163,8 +163,9 @@ def _way_out(day: date, older: date | None) -> str:
             "can then be reported)")
 
 
-def latest_partition(out: Location, day: date) -> Location | None:
-    """The newest committed partition on or before ``day`` (a manifest is its commit).
+def latest_partition(out: Location, day: date) -> CommittedRun | None:
+    """The newest committed partition on or before ``day`` (a manifest is its commit),
+    as of the manifest read: every table the night takes from it is of that one commit.
 
     Folders of nights that failed before their commit are passed over.
 
@@ -179,8 +180,9 @@ def latest_partition(out: Location, day: date) -> Location | None:
     for n, when in enumerate(days):
         loc = partition(out, when)
         try:
-            if _manifest(loc) is not None:
-                return loc
+            manifest = _manifest(loc)
+            if manifest is not None:
+                return CommittedRun(loc, manifest)
             if not _was_committed(loc):
                 continue
             problem = f"{loc.url}: committed, but its {MANIFEST} is gone"
@@ -207,8 +209,9 @@ def _intact(loc: Location) -> bool:
         return False
 
 
-def chosen_partition(out: Location, day: date, baseline_day: date) -> Location:
-    """The partition ``--baseline DATE`` names, which must be committed and readable.
+def chosen_partition(out: Location, day: date, baseline_day: date) -> CommittedRun:
+    """The partition ``--baseline DATE`` names, which must be committed and readable, as
+    of its manifest.
 
     Raises
     ------
@@ -219,10 +222,11 @@ def chosen_partition(out: Location, day: date, baseline_day: date) -> Location:
         raise UsageError(f"--baseline {baseline_day.isoformat()} is after the night's date "
                          f"{day.isoformat()}")
     loc = partition(out, baseline_day)
-    if _manifest(loc) is None:
+    manifest = _manifest(loc)
+    if manifest is None:
         raise BaselineError(f"--baseline {baseline_day.isoformat()}: {loc.url} is not a "
                             "committed partition")
-    return loc
+    return CommittedRun(loc, manifest)
 
 
 def options_fingerprint(options: ReplayOptions) -> str:
@@ -266,16 +270,6 @@ class NightlySummary:
                 "sessions_unread": len(self.run.unread),
                 "rebaseline": self.rebaseline, "baseline_pinned": self.baseline_pinned,
                 "changes": dict(sorted(self.changes.items()))}
-
-
-def _baseline_run(baseline: Location, way_out: Callable[[], str]) -> CommittedRun:
-    """The baseline's committed run as of its manifest, read once: every table the night
-    takes from it is of that one commit (and each read does not fetch the manifest
-    again: on an object store, two round trips a table)."""
-    manifest = _manifest(baseline)
-    if manifest is None:
-        raise BaselineError(f"baseline {baseline.url}: its {MANIFEST} is gone; {way_out()}")
-    return CommittedRun(baseline, manifest)
 
 
 def _from_baseline(baseline: CommittedRun, dataset: str,
@@ -391,19 +385,20 @@ def run_nightly(
     target = partition(out, day)
     in_process = check_locations(root, out, scheduler)
     check_layout(out, "partitions")
+    baseline: CommittedRun | None
     if rebaseline:
         baseline = None
     elif baseline_day is not None:
         baseline = chosen_partition(out, day, baseline_day)
     else:
         baseline = latest_partition(out, day)
-    way_out = functools.partial(_way_out_before, out, day, baseline)
-    committed = _baseline_run(baseline, way_out) if baseline is not None else None
-    if committed is not None and not allow_other_root:
-        check_same_root(root, committed)
-    previous = _checkpoints(committed, way_out)
+    way_out = functools.partial(_way_out_before, out, day,
+                                baseline.location if baseline is not None else None)
+    if baseline is not None and not allow_other_root:
+        check_same_root(root, baseline)
+    previous = _checkpoints(baseline, way_out)
     fingerprint = options_fingerprint(options)
-    same_options = committed is not None and committed.manifest.get("options") == fingerprint
+    same_options = baseline is not None and baseline.manifest.get("options") == fingerprint
     listing = list_sessions(root)
     to_read, unchanged = [], set()
     changes: Counter[str] = Counter()
@@ -423,17 +418,17 @@ def run_nightly(
     run = RunSummary(new_run_id(), root.url, target.url, len(listing.sessions),
                      listing.total_bytes, listing.skipped, archive=root.absolute_url)
     run.manifest_extra = {"options": fingerprint, "date": day.isoformat(),
-                          "baseline": baseline.url if baseline else None,
+                          "baseline": baseline.location.url if baseline else None,
                           "rebaseline": rebaseline, "baseline_pinned": baseline_day is not None,
                           "changes": changes}
-    summary = NightlySummary(run, day, baseline.url if baseline else None, changes,
+    summary = NightlySummary(run, day, baseline.location.url if baseline else None, changes,
                              sum(o.size for o in to_read), rebaseline, baseline_day is not None)
 
     def before_commit(staged: StagedRun) -> None:
         for code in ("history_truncated", "history_rewritten"):
             changes[code] = run.codes[code]
-        if committed is not None:
-            _carry(staged, committed, unchanged, missing, run, way_out)
+        if baseline is not None:
+            _carry(staged, baseline, unchanged, missing, run, way_out)
 
     execute_run(root, target, Listing(to_read, listing.skipped, listing.skipped_examples),
                 run, scheduler=scheduler, workers=workers, progress=progress,

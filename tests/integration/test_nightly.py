@@ -370,7 +370,8 @@ def test_cli_failed_night_leaves_the_previous_partitions_intact(
     assert "vakpipe: error:" in capsys.readouterr().err
     (blocked / "_staging").unlink()
     assert snapshot(out) == kept  # nothing written, nothing removed
-    assert latest_partition(resolve(str(out)), D3) == partition(resolve(str(out)), D2)
+    newest = latest_partition(resolve(str(out)), D3)
+    assert newest is not None and newest.location == partition(resolve(str(out)), D2)
     assert read_manifest(resolve(str(blocked))) is None
 
     # The same night run again: D2's checkpoints are still in force.
@@ -426,7 +427,7 @@ def test_on_s3_a_night_reads_its_baseline_manifest_once_for_all_its_tables(
                         "--workers", "0", "--no-progress", *via]) == 0
         baseline = partition(resolve(out), D1).path.split("/", 1)[1]
         manifests = proxy.requests(f"{baseline}/{MANIFEST}", "GET")
-        # One as the baseline is found, one as its run is opened.
-        assert len(manifests) == 2
+        # One, as the baseline is found: its run is read as of that manifest.
+        assert len(manifests) == 1
     assert rows(resolve(out), D2, "integrity/sessions") == rows(resolve(out), D1,
                                                                "integrity/sessions")
