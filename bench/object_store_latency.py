@@ -166,36 +166,32 @@ def audit(tree: Path, url: str, env: dict[str, str], workers: int | None) -> flo
         shutil.rmtree(out, ignore_errors=True)
 
 
+def timed(tree: Path, args: list[str], env: dict[str, str]) -> float:
+    """Wall seconds of ``vakpipe ARGS`` of ``tree``."""
+    t0 = time.perf_counter()
+    vakpipe_of(tree, args, env)
+    return time.perf_counter() - t0
+
+
 def second_night(tree: Path, url: str, env: dict[str, str], out: str) -> float:
     """Wall seconds of the second of two ``vakpipe nightly URL --out OUT`` of ``tree``
     (nothing changed: every table carried from the first night's partition, on S3)."""
-    for day in ("2026-12-01", "2026-12-02"):
-        t0 = time.perf_counter()
-        vakpipe_of(tree, ["nightly", url, "--out", out, "--no-progress", "--date", day], env)
-    return time.perf_counter() - t0
+    nights = [timed(tree, ["nightly", url, "--out", out, "--no-progress", "--date", day], env)
+              for day in ("2026-12-01", "2026-12-02")]
+    return nights[-1]
 
 
 def cost(tree: Path, out: str, env: dict[str, str]) -> float:
     """Wall seconds of ``vakpipe cost OUT`` of ``tree`` (a nightly output on S3, its
     report in a local folder)."""
-    report = tempfile.mkdtemp(prefix="vakpipe-bench-latency-report-")
-    try:
-        t0 = time.perf_counter()
-        vakpipe_of(tree, ["cost", out, "--report-dir", report], env)
-        return time.perf_counter() - t0
-    finally:
-        shutil.rmtree(report, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="vakpipe-bench-latency-report-") as report:
+        return timed(tree, ["cost", out, "--report-dir", report], env)
 
 
 def dashboard(tree: Path, out: str, env: dict[str, str]) -> float:
     """Wall seconds of ``vakpipe dashboard OUT`` of ``tree`` (its page in a local file)."""
-    page = Path(tempfile.mkdtemp(prefix="vakpipe-bench-latency-page-"))
-    try:
-        t0 = time.perf_counter()
-        vakpipe_of(tree, ["dashboard", out, "--html", str(page / "dashboard.html")], env)
-        return time.perf_counter() - t0
-    finally:
-        shutil.rmtree(page, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="vakpipe-bench-latency-page-") as page:
+        return timed(tree, ["dashboard", out, "--html", f"{page}/dashboard.html"], env)
 
 
 def main() -> None:

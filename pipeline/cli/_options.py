@@ -65,8 +65,7 @@ cluster_options = _options(
                  help="Workers of the local cluster (default: one per core; a small "
                       "archive runs in this process, no cluster: under 128 MiB for an "
                       "audit, 32 MiB when it replays, 2.25x that for a folder on two "
-                      "cores); 0: "
-                      "always in this process."),
+                      "cores); 0: always in this process."),
     storage_option,
 )
 session_option = click.option(
