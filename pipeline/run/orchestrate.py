@@ -1,7 +1,7 @@
 """Orchestration: plan batches of whole sessions, run them, commit the output.
 
 The batches run on an :class:`Executor`: ``dask.distributed`` (a LocalCluster of
-processes sized to the machine, or an existing scheduler: ``--scheduler`` /
+processes, one per core this process may use, or an existing scheduler: ``--scheduler`` /
 ``DASK_SCHEDULER_ADDRESS``), or, for an archive small enough that starting a cluster
 would cost more than it saves (:data:`LOCAL_MAX_BYTES` for a run that replays,
 :data:`LOCAL_MAX_AUDIT_BYTES` for one that only audits), this process itself, through
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import pickle
 import posixpath
@@ -25,6 +26,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pyarrow as pa
@@ -376,13 +378,87 @@ class LocalExecutor:
 
 
 def local_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the system tells it,
-    as under ``taskset`` or a cpuset; else all of the machine's): the LocalCluster's
-    default number of workers."""
+    """The cores this process may run on: its CPU affinity where the system tells it (as
+    under ``taskset`` or a cpuset; else all of the machine's), at most its cgroup's CPU
+    quota rounded up (:func:`cgroup_cpu_quota`: a container's ``--cpus``, a Kubernetes
+    CPU limit). The LocalCluster's default number of workers."""
     try:
-        return len(os.sched_getaffinity(0)) or 1
+        cores = len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
+
+
+def cgroup_cpu_quota(mounts: Path = Path("/sys/fs/cgroup"),
+                     membership: Path = Path("/proc/self/cgroup")) -> float | None:
+    """The CPUs' worth of time this process's cgroup may use (quota / period: 1.5 for a
+    container run with ``--cpus 1.5``), the smallest along its group's path up to the
+    hierarchy's root; ``None`` where none is set or there are no cgroups (not Linux).
+
+    cgroup v2 (``0::/path`` in ``membership``) reads ``cpu.max``; v1 (a ``cpu``
+    controller's line) reads ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` under the
+    controller's mount (``cpu,cpuacct`` or ``cpu``). A group whose folder is not under
+    the mount (a container that sees the host's path with its own group mounted as
+    the root) is read from the nearest ancestor folder that is.
+    """
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return None
+    quotas: list[float] = []
+    for line in lines:  # "hierarchy:controllers:path"; v2's controllers are empty
+        controllers, _, path = line.partition(":")[2].partition(":")
+        if not path.startswith("/"):
+            continue
+        if controllers == "":
+            quotas += _quotas_along(mounts, path, _cpu_max)
+        elif "cpu" in controllers.split(","):
+            for name in (controllers, "cpu,cpuacct", "cpuacct,cpu", "cpu"):
+                if (mounts / name).is_dir():
+                    quotas += _quotas_along(mounts / name, path, _cfs_quota)
+                    break
+    return min(quotas, default=None)
+
+
+def _quotas_along(mount: Path, path: str, read: Callable[[Path], float | None],
+                  ) -> list[float]:
+    """The quotas ``read`` finds in the group folders from ``path`` up to ``mount``."""
+    parts = [p for p in path.split("/") if p and p not in (".", "..")]
+    found: list[float] = []
+    for depth in range(len(parts), -1, -1):
+        folder = mount.joinpath(*parts[:depth])
+        if folder.is_dir():
+            quota = read(folder)
+            if quota is not None:
+                found.append(quota)
+    return found
+
+
+def _cpu_max(folder: Path) -> float | None:
+    """cgroup v2: ``cpu.max`` is ``"$MAX $PERIOD"``, ``max`` for no limit."""
+    try:
+        quota, period = (folder / "cpu.max").read_text().split()[:2]
+        if quota == "max":
+            return None
+        return _ratio(int(quota), int(period))
+    except (OSError, ValueError):
+        return None
+
+
+def _cfs_quota(folder: Path) -> float | None:
+    """cgroup v1: ``cpu.cfs_quota_us`` (-1 for no limit) over ``cpu.cfs_period_us``."""
+    try:
+        quota = int((folder / "cpu.cfs_quota_us").read_text())
+        period = int((folder / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return _ratio(quota, period)
+
+
+def _ratio(quota: int, period: int) -> float | None:
+    """A quota over its period; ``None`` for what sets no limit (v1's -1)."""
+    return quota / period if quota > 0 and period > 0 else None
 
 
 def core_factor(cores: int) -> float:

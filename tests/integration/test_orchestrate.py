@@ -248,6 +248,41 @@ def test_a_process_started_under_taskset_counts_its_one_core() -> None:
     assert done.stdout.split() == ["1", "3.0"]
 
 
+def _cpu_cgroup(tmp_name: str) -> Path | None:
+    """A new cgroup v1 ``cpu`` group where this machine lets the test make one."""
+    mount = Path("/sys/fs/cgroup/cpu")
+    try:
+        if "cpu" not in Path("/proc/self/cgroup").read_text() or not mount.is_dir():
+            return None
+        folder = mount / tmp_name
+        folder.mkdir()
+    except OSError:
+        return None
+    return folder
+
+
+def test_a_process_in_a_cgroup_with_half_a_cpu_counts_one_core() -> None:
+    # A real group with a CFS quota (a container's --cpus 0.5), the process put in it by
+    # its pid: the LocalCluster it would start has one worker, and in-process limits
+    # are one core's.
+    folder = _cpu_cgroup(f"vakpipe-test-{os.getpid()}")
+    if folder is None:
+        pytest.skip("no cgroup v1 cpu controller this test may add a group to")
+    try:
+        (folder / "cpu.cfs_period_us").write_text("100000")
+        (folder / "cpu.cfs_quota_us").write_text("50000")
+        done = subprocess.run(
+            ["sh", "-c", f'echo $$ > {folder}/cgroup.procs && exec "$0" -c "$1"',
+             sys.executable,
+             "from pipeline.run.orchestrate import cgroup_cpu_quota, local_cores\n"
+             "print(cgroup_cpu_quota(), local_cores())"],
+            capture_output=True, text=True, check=True,
+            cwd=Path(__file__).resolve().parents[2])
+        assert done.stdout.split() == ["0.5", "1"]
+    finally:
+        folder.rmdir()
+
+
 def test_a_run_asks_by_whether_it_replays(tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from pipeline.run.replay_batches import ReplayOptions
