@@ -17,15 +17,19 @@ do, each command in a process of its own, in interleaved rounds: the tree at
 * the second of two ``vakpipe nightly s3://... --out s3://...`` (nothing changed: every
   table carried from the first night's partition on S3);
 * ``vakpipe cost`` of that nightly output (its tables read from S3);
-* ``vakpipe dashboard`` of it (both nights' manifests and integrity tables).
+* ``vakpipe dashboard`` of it (both nights' manifests and integrity tables);
+* ``vakpipe audit`` of ``--segment-ledgers`` of vak's record-segment ledgers (each a
+  directory of a ``KEY``, a ``seals.log`` and three segments; opened with their keys) in
+  the command's own process, and
+* the same on the LocalCluster.
 
 Printed per round: wall seconds of each tree and the baseline / this tree ratio; then
 the median ratio per way.
 
 Run: ``.venv/bin/python bench/object_store_latency.py [--baseline 5a1d80d]
-[--sessions 300] [--rtt-ms 20] [--rounds 3] [--workers 2]``. ``--quick`` (a test runs
-it): 12 small sessions, one round, no cluster, against HEAD. The figures are printed,
-never judged.
+[--sessions 300] [--segment-ledgers 100] [--rtt-ms 20] [--rounds 3] [--workers 2]``.
+``--quick`` (a test runs it): 12 small sessions, 4 segment ledgers, one round, no
+cluster, against HEAD. The figures are printed, never judged.
 """
 
 from __future__ import annotations
@@ -51,7 +55,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import s3fs
 
 from bench.common import MB, REPO, baseline_tree, corpus_bytes, fleet, vakpipe_of
+from pipeline.io.storage import resolve
 from pipeline.synth.local_s3 import local_s3
+from pipeline.synth.segments import write_segment_fleet
 
 BUCKET = "latency"
 
@@ -148,15 +154,17 @@ def latency_proxy(upstream: str, rtt_ms: float) -> Iterator[str]:
         loop.close()
 
 
-def audit(tree: Path, url: str, env: dict[str, str], workers: int | None) -> float:
-    """Wall seconds of ``vakpipe audit URL`` of ``tree`` into a new local OUT; an audit
-    that does not read every session stops the benchmark."""
+def audit(tree: Path, url: str, env: dict[str, str], workers: int | None,
+          keys: Path | None = None) -> float:
+    """Wall seconds of ``vakpipe audit URL`` of ``tree`` into a new local OUT (``keys``:
+    its ``--keys``); an audit that does not read every session stops the benchmark."""
     out = Path(tempfile.mkdtemp(prefix="vakpipe-bench-latency-"))
     try:
         t0 = time.perf_counter()
         done = vakpipe_of(tree, ["audit", url, "--out", str(out / "out"), "--no-progress",
                                  "--json",
-                                 *([] if workers is None else ["--workers", str(workers)])], env)
+                                 *([] if workers is None else ["--workers", str(workers)]),
+                                 *([] if keys is None else ["--keys", str(keys)])], env)
         wall = time.perf_counter() - t0
         summary = json.loads(done.stdout)
         if summary.get("unread_objects"):
@@ -198,6 +206,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", metavar="REV", default="5a1d80d")
     ap.add_argument("--sessions", type=int, default=300)
+    ap.add_argument("--segment-ledgers", type=int, default=100,
+                    help="vak record-segment ledgers audited (0: not)")
     ap.add_argument("--rtt-ms", type=float, default=20.0, help="round trip added (ms)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2, help="the cluster's --workers")
@@ -205,7 +215,7 @@ def main() -> None:
                     help="for make test: 12 sessions, one round, no cluster, against HEAD")
     args = ap.parse_args()
     if args.quick:
-        args.baseline, args.sessions, args.rounds = "HEAD", 12, 1
+        args.baseline, args.sessions, args.segment_ledgers, args.rounds = "HEAD", 12, 4, 1
     root = fleet(f"fleet-latency-{args.sessions}", sessions=args.sessions, seed=7)
     print(f"fleet: {corpus_bytes(root) / MB:,.1f} MB in {args.sessions} sessions on moto "
           f"behind {args.rtt_ms:g} ms round trips")
@@ -213,6 +223,13 @@ def main() -> None:
             local_s3() as server:
         s3fs.S3FileSystem(skip_instance_cache=True).put(
             f"{root}/", f"{BUCKET}/archive/", recursive=True)
+        keys = Path(scratch) / "segment-keys.json"
+        if args.segment_ledgers:
+            made, key_bytes = write_segment_fleet(resolve(f"s3://{BUCKET}/segments"),
+                                                  args.segment_ledgers, seed=7)
+            keys.write_bytes(key_bytes)
+            print(f"and {args.segment_ledgers} segment ledgers "
+                  f"({sum(len(d) for m in made for d in m.files.values()) / MB:,.1f} MB)")
         tree = baseline_tree(args.baseline, Path(scratch))
         if isinstance(tree, str):
             print(f"against {args.baseline}: skipped ({tree})")
@@ -231,8 +248,15 @@ def main() -> None:
                 "cost of that output": lambda t, r: cost(t, nights(t, r), env),
                 "dashboard of its nights": lambda t, r: dashboard(t, nights(t, r), env),
             }
+            if args.segment_ledgers:
+                ledgers = f"s3://{BUCKET}/segments"
+                ways["segment ledgers, audit in process"] = \
+                    lambda t, r: audit(t, ledgers, env, None, keys)
+                ways[f"segment ledgers, audit --workers {args.workers}"] = \
+                    lambda t, r: audit(t, ledgers, env, args.workers, keys)
             if args.quick:
-                del ways[f"audit --workers {args.workers}"]
+                for way in [w for w in ways if f"--workers {args.workers}" in w]:
+                    del ways[way]
             ratios: dict[str, list[float]] = {way: [] for way in ways}
             for round_ in range(1, args.rounds + 1):
                 for way, timed in ways.items():

@@ -34,7 +34,13 @@ from pipeline.errors import (
     UnsafeOutputError,
     UsageError,
 )
-from pipeline.io.segments import directory_version, segment_lines
+from pipeline.io.segments import (
+    ListedLedger,
+    MemberReads,
+    directory_version,
+    fetch_ledger,
+    segment_lines,
+)
 from pipeline.ledger.kernel import guarded_c
 from pipeline.ledger.keys import KeyProvider
 from pipeline.ledger.layout import (
@@ -78,6 +84,10 @@ READ_AHEAD_OBJECTS = 8
 #: one's round trip is small beside its reading, and the objects held ahead stay within
 #: :data:`READ_AHEAD_OBJECTS` times this.
 READ_AHEAD_MAX_BYTES = READ_BLOCK_BYTES
+#: A segment ledger's members on an object store are fetched as many side by side (each
+#: up to :data:`READ_AHEAD_MAX_BYTES`; a larger one alone), the next ones as the reader
+#: asks for them: a ledger of five members costs one round trip for them, not five.
+MEMBER_READS = MemberReads(READ_AHEAD_OBJECTS, READ_AHEAD_MAX_BYTES)
 
 # botocore retries and timeouts for S3: an unreachable endpoint should fail in seconds,
 # not after minutes of silent retries; throttling still gets adaptive backoff.
@@ -818,19 +828,27 @@ class ReadAhead:
     :func:`open_lines` then reads the object from that cache, and checks its version as
     it does any object's (the file object sends the ETag it opened as ``If-Match``).
 
+    A segment ledger up to that size is listed and its members fetched side by side
+    (:func:`~pipeline.io.segments.fetch_ledger`, those its reading will ask for: not
+    the sealed segments ``segments_before(obj)``, a nightly's checkpoint of it, says
+    are unchanged and verified).
+
     Nothing is read ahead from a local folder or memory (no round trip to save), nor a
-    segment ledger, a known-unreadable object or one over :data:`READ_AHEAD_MAX_BYTES`;
-    and only while ``ready()`` says so (a batch pauses it until its endpoint answered,
-    and whenever it just failed to reach it: a dead endpoint is not sent a batch's worth
-    of requests). An object is taken once: a second read of it (it changed under the
-    first) opens it anew. Use as a context manager: the files opened ahead and never
-    taken are closed, the opens not yet started cancelled.
+    known-unreadable object or one over :data:`READ_AHEAD_MAX_BYTES`; and only while
+    ``ready()`` says so (a batch pauses it until its endpoint answered, and whenever it
+    just failed to reach it: a dead endpoint is not sent a batch's worth of requests).
+    An object is taken once: a second read of it (it changed under the first) opens it
+    anew. Use as a context manager: the files opened ahead and never taken are closed,
+    the opens not yet started cancelled.
     """
 
     def __init__(self, root: Location, objects: Sequence[SessionObject],
                  ready: Callable[[], bool] = lambda: True,
-                 depth: int = READ_AHEAD_OBJECTS) -> None:
+                 depth: int = READ_AHEAD_OBJECTS,
+                 segments_before: Callable[[SessionObject], SegmentCheckpoint | None]
+                 = lambda obj: None) -> None:
         self._root = root
+        self._segments_before = segments_before
         self._objects = list(objects) if reads_over_network(root) else []
         self._position = {obj.full_path: i for i, obj in enumerate(self._objects)}
         self._ready = ready
@@ -851,8 +869,9 @@ class ReadAhead:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     def take(self, obj: SessionObject) -> Future[Any] | None:
-        """The opening of ``obj`` started ahead (its result, the open file object, or the
-        error the open raised), or ``None``: open it yourself. Starts reading ahead the
+        """The opening of ``obj`` started ahead (its result, the open file object or, for
+        a segment ledger, its :class:`~pipeline.io.segments.ListedLedger`; or the error
+        it raised), or ``None``: open it yourself. Starts reading ahead the
         objects after it."""
         position = self._position.get(obj.full_path)
         if position is None:
@@ -868,13 +887,16 @@ class ReadAhead:
         while self._next <= end:
             obj = self._objects[self._next]
             self._next += 1
-            if (obj.unreadable is None and obj.key.storage != SEGMENTS
-                    and obj.size <= READ_AHEAD_MAX_BYTES):
+            if obj.unreadable is None and obj.size <= READ_AHEAD_MAX_BYTES:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self._depth,
                                                     thread_name_prefix="vakpipe-read-ahead")
-                self._pending[obj.full_path] = self._pool.submit(
-                    _open_object, self._root, obj, True)
+                self._pending[obj.full_path] = (
+                    self._pool.submit(_open_object, self._root, obj, True)
+                    if obj.key.storage != SEGMENTS else
+                    self._pool.submit(fetch_ledger, self._root.filesystem(), obj.full_path,
+                                      MEMBER_READS, previous=self._segments_before(obj),
+                                      version=object_version))
 
 
 def _open_object(root: Location, obj: SessionObject, fetch: bool = False) -> Any:
@@ -897,7 +919,9 @@ def _open_object(root: Location, obj: SessionObject, fetch: bool = False) -> Any
 def _close_opened(future: Future[Any]) -> None:
     """Close the file a read-ahead opened that nobody took."""
     if not future.cancelled() and future.exception() is None:
-        future.result().close()
+        opened = future.result()
+        if not isinstance(opened, ListedLedger):  # a ledger's members are bytes
+            opened.close()
 
 
 @contextmanager
@@ -929,9 +953,12 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
         # A directory of vak's record segments: its entries as the lines of a JSONL
         # projection, its integrity on the lines' report (docs/segments.md).
         local = issubclass(fsspec.get_filesystem_class(root.protocol), LocalFileSystem)
+        started = ahead.take(obj) if ahead is not None else None
         yield segment_lines(root.filesystem(), obj.full_path, root.keys, local=local,
                             max_line_bytes=max_line_bytes, tap=tap,
-                            previous=segments_before, version=object_version)
+                            previous=segments_before, version=object_version,
+                            reads=MEMBER_READS if reads_over_network(root) else None,
+                            listed=started.result() if started is not None else None)
         return
     codec = obj.key.compression
     if issubclass(fsspec.get_filesystem_class(root.protocol), LocalFileSystem):

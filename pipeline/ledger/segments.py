@@ -413,6 +413,37 @@ def read_segment_ledger(names: Iterable[str], read: Callable[[str], bytes],
                               members or {}), report)
 
 
+def members_read(names: Iterable[str],
+                 members: Mapping[str, tuple[int, str | None]] | None = None,
+                 previous: SegmentCheckpoint | None = None) -> list[str]:
+    """The members :func:`read_segment_ledger` reads of a directory holding ``names``, in
+    its order (``KEY``, ``seals.log``, then each segment's file by number, both when a
+    ``.log`` lies beside a ``.sealed``), for reading them ahead on an object store.
+
+    With ``previous`` (a night without keys), a sealed segment the checkpoint verified
+    clean, whose file is listed with the same size and version, is left out: the reader
+    skips it unless its seal entry changed, which only ``seals.log`` tells (it is then
+    read when asked for, as without this list).
+    """
+    present = set(names)
+    files: dict[int, list[str]] = {}
+    for name in sorted(present):
+        parsed = segment_name(name)
+        if parsed is not None and parsed[1] != "sealing":
+            files.setdefault(parsed[0], []).append(name)
+    order = [name for name in (KEY_FILE, SEALS) if name in present]
+    members = members or {}
+    for n in sorted(files):
+        before = previous.segment(n) if previous is not None else None
+        for name in sorted(files[n], key=lambda m: not m.endswith(".sealed")):
+            if (before is not None and before.name == name and before.version is not None
+                    and members.get(name) == (before.size, before.version)
+                    and before.sealed_frames == before.frames > 0):
+                continue
+            order.append(name)
+    return order
+
+
 def _at(name: str, index: int | None = None, offset: int | None = None) -> str:
     where = name
     if index is not None:

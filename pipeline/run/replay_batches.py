@@ -339,7 +339,13 @@ def replay_batch(root: Location, index: int, batch: list[SessionObject],
     # A dead storage endpoint: once it failed MAX_CONNECTION_FAILURES objects in a row,
     # the rest of the batch is reported not read, without a request.
     watch = EndpointWatch()
-    with ReadAhead(root, batch, watch.reachable) as ahead:
+
+    def segments_before(obj: SessionObject) -> SegmentCheckpoint | None:
+        before = previous.get(obj.key.path) if previous is not None else None
+        return (SegmentCheckpoint.from_json(before.segments)
+                if before is not None and obj.key.storage == SEGMENTS else None)
+
+    with ReadAhead(root, batch, watch.reachable, segments_before=segments_before) as ahead:
         for obj in batch:
             before = previous.get(obj.key.path) if previous is not None else None
             if watch.dead:
@@ -351,9 +357,7 @@ def replay_batch(root: Location, index: int, batch: list[SessionObject],
             read, replayed, copy = audit_and_replay(
                 root, obj, options, context, None if previous is None else
                 partial(PrefixHasher, before.verified_bytes if before else None), watch,
-                segments_before=SegmentCheckpoint.from_json(before.segments)
-                if before is not None and obj.key.storage == SEGMENTS else None,
-                ahead=ahead)
+                segments_before=segments_before(obj), ahead=ahead)
             audit = read.audit
             if previous is not None:
                 checkpoints.extend(checkpoint_rows(obj.key.path, before, audit, replayed,

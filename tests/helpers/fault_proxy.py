@@ -149,6 +149,25 @@ class FaultProxy:
             self.log.append(request)
 
 
+class InFlight:
+    """A ``call`` rule's callback that holds each request ``seconds`` and counts those
+    held at once: :attr:`most` > 1 proves requests went side by side."""
+
+    def __init__(self, seconds: float = 0.05) -> None:
+        self.seconds = seconds
+        self.now = 0
+        self.most = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, key: str) -> None:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(self.seconds)
+        with self._lock:
+            self.now -= 1
+
+
 def _error_body(code: str, message: str, key: str) -> bytes:
     return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
             f"<Message>{message}</Message><Key>{key}</Key>"

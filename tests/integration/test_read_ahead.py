@@ -28,7 +28,7 @@ from pipeline.run import batches
 from pipeline.run.batches import EndpointWatch, audit_batch, audit_batch_result, audit_object
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.local_s3 import LocalS3
-from tests.helpers.fault_proxy import FaultProxy, Rule
+from tests.helpers.fault_proxy import FaultProxy, InFlight, Rule
 from tests.helpers.ledgers import LedgerBuilder, usage
 from tests.helpers.storage import BUCKET
 
@@ -58,21 +58,11 @@ def refused() -> BaseException:
 def test_the_objects_after_the_one_read_are_opened_side_by_side(
     proxy: FaultProxy, listed: list[SessionObject]
 ) -> None:
-    lock = threading.Lock()
-    flying = [0, 0]  # GETs in flight now, most at once
-
-    def slow(key: str) -> None:
-        with lock:
-            flying[0] += 1
-            flying[1] = max(flying)
-        time.sleep(0.05)  # long enough for the opens ahead to overlap it
-        with lock:
-            flying[0] -= 1
-
-    proxy.add(Rule("call", ".", method="GET", times=None, callback=slow))
+    flying = InFlight()  # each GET held long enough for the opens ahead to overlap it
+    proxy.add(Rule("call", ".", method="GET", times=None, callback=flying))
     root = through(proxy)
     result = audit_batch(root, 0, listed)
-    assert flying[1] > 1
+    assert flying.most > 1
     # Each object read once, whole, in one GET (they are under READ_AHEAD_MAX_BYTES).
     gets = [r.key for r in proxy.requests(method="GET")]
     assert sorted(gets) == sorted(f"archive/{o.key.path}" for o in listed)
