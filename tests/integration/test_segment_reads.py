@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import subprocess
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from pipeline.io import storage
+from pipeline.io.commit import read_dataset
 from pipeline.io.segments import MemberReads, fetch_ledger
 from pipeline.io.storage import (
     MEMBER_READS,
@@ -41,7 +44,7 @@ from pipeline.run.batches import audit_batch
 from pipeline.synth.local_s3 import LocalS3
 from pipeline.synth.segments import SegmentLedger, write_segment_fleet
 from tests.helpers.fault_proxy import FaultProxy, InFlight, Rule
-from tests.helpers.storage import BUCKET
+from tests.helpers.storage import BUCKET, vakpipe_exe
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 LEDGERS = 6
@@ -182,3 +185,40 @@ def test_a_ledger_listed_ahead_is_not_listed_again(
         listed = started.result()
     assert set(listed.fetched) == set(members_read(listed.names))
     assert LOCK_FILE in listed.names and LOCK_FILE not in listed.fetched
+
+
+def test_a_keyless_nights_grown_ledger_fetches_only_what_changed(
+    proxy: FaultProxy, fleet: tuple[list[SegmentLedger], bytes], tmp_path: Path
+) -> None:
+    # Two `vakpipe nightly` runs in processes of their own, reading through the proxy:
+    # the checkpoints reach the read-ahead, so night 2 fetches of a grown ledger its KEY,
+    # seals.log and open segment, and of an unchanged one nothing.
+    made, _ = fleet
+    grown = made[:3]
+    fs = resolve(ARCHIVE).filesystem()
+    for led in grown:  # night 1: their open segments two frames shorter
+        log = max(n for n in led.files if n.endswith(".log") and n != SEALS)
+        frames = walk_frames(led.files[log], None).frames
+        fs.pipe_file(f"{BUCKET}/archive/{led.path}/{log}",
+                     led.files[log][:frames[-2].offset])
+    via = ("--storage-option", f"endpoint_url={proxy.endpoint}")
+    for day in ("2026-12-01", "2026-12-02"):
+        if day == "2026-12-02":
+            for led in grown:
+                log = max(n for n in led.files if n.endswith(".log") and n != SEALS)
+                fs.pipe_file(f"{BUCKET}/archive/{led.path}/{log}", led.files[log])
+            proxy.clear()
+        done = subprocess.run(
+            [vakpipe_exe(), "nightly", ARCHIVE, "--out", str(tmp_path / "out"), "--date", day,
+             "--no-progress", "--workers", "0", *via],
+            capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr
+    fetched = sorted(g.removeprefix("archive/") for g in member_gets(proxy))
+    assert fetched == sorted(
+        f"{led.path}/{name}" for led in grown
+        for name in ("KEY", SEALS, max(n for n in led.files if n.endswith(".log")
+                                       and n != SEALS)))
+    found = read_dataset(resolve(str(tmp_path / "out" / "date=2026-12-02")),
+                         "integrity/findings")
+    assert not {"history_truncated", "history_rewritten"} & set(
+        found.column("code").to_pylist())
