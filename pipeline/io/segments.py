@@ -96,13 +96,14 @@ class _Members:
     read alone when asked for (its error, if any, raised then)."""
 
     def __init__(self, fs: Any, path: str, listed: ListedLedger, *, local: bool,
-                 reads: MemberReads | None, previous: SegmentCheckpoint | None) -> None:
+                 reads: MemberReads | None, skipped: SegmentCheckpoint | None) -> None:
         self._fs, self._path, self._local = fs, path, local
         #: The members' bytes fetched and not yet asked for.
         self.fetched = dict(listed.fetched)
         self._sizes = {name: size for name, (size, _) in listed.members.items()}
         self._reads = reads
-        self._order = (members_read(listed.names, listed.members, previous)
+        # ``skipped``: a keyless night's checkpoint, whose verified segments go unread.
+        self._order = (members_read(listed.names, listed.members, skipped)
                        if reads is not None else [])
         self._position = {name: i for i, name in enumerate(self._order)}
         self._next = 0  # the first of _order not fetched yet
@@ -144,16 +145,17 @@ class _Members:
         return bytes(self._fs.cat_file(full))
 
 
-def fetch_ledger(fs: Any, path: str, reads: MemberReads, *,
+def fetch_ledger(fs: Any, path: str, reads: MemberReads, keys: KeyProvider | None, *,
                  previous: SegmentCheckpoint | None = None,
                  version: Callable[[dict[str, Any]], str | None] | None = None
                  ) -> ListedLedger:
     """List the ledger directory ``path`` on an object store and fetch the first members
     its reading will ask for (:class:`MemberReads`), ahead of it
-    (:class:`~pipeline.io.storage.ReadAhead`); ``previous`` as for
+    (:class:`~pipeline.io.storage.ReadAhead`); ``keys`` and ``previous`` as for
     :func:`segment_lines`."""
     listed = list_ledger(fs, path, local=False, version=version)
-    members = _Members(fs, path, listed, local=False, reads=reads, previous=previous)
+    members = _Members(fs, path, listed, local=False, reads=reads,
+                       skipped=previous if keys is None else None)
     members.fetch(least=1)
     return dataclasses.replace(listed, fetched=members.fetched)
 
@@ -184,7 +186,8 @@ def segment_lines(fs: Any, path: str, keys: KeyProvider | None, *, local: bool,
     """
     if listed is None:
         listed = list_ledger(fs, path, local=local, version=version)
-    read = _Members(fs, path, listed, local=local, reads=reads, previous=previous)
+    read = _Members(fs, path, listed, local=local, reads=reads,
+                    skipped=previous if keys is None else None)
 
     def guard(source: Iterator[bytes]) -> Iterator[bytes]:
         for line in source:

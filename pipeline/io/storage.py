@@ -829,9 +829,9 @@ class ReadAhead:
     it does any object's (the file object sends the ETag it opened as ``If-Match``).
 
     A segment ledger up to that size is listed and its members fetched side by side
-    (:func:`~pipeline.io.segments.fetch_ledger`, those its reading will ask for: not
-    the sealed segments ``segments_before(obj)``, a nightly's checkpoint of it, says
-    are unchanged and verified).
+    (:func:`~pipeline.io.segments.fetch_ledger`, those its reading will ask for: on a
+    night without keys, not the sealed segments ``segments_before(obj)``, the night's
+    checkpoint of it, says are unchanged and verified).
 
     Nothing is read ahead from a local folder or memory (no round trip to save), nor a
     known-unreadable object or one over :data:`READ_AHEAD_MAX_BYTES`; and only while
@@ -895,7 +895,8 @@ class ReadAhead:
                     self._pool.submit(_open_object, self._root, obj, True)
                     if obj.key.storage != SEGMENTS else
                     self._pool.submit(fetch_ledger, self._root.filesystem(), obj.full_path,
-                                      MEMBER_READS, previous=self._segments_before(obj),
+                                      MEMBER_READS, self._root.keys,
+                                      previous=self._segments_before(obj),
                                       version=object_version))
 
 

@@ -420,10 +420,10 @@ def members_read(names: Iterable[str],
     its order (``KEY``, ``seals.log``, then each segment's file by number, both when a
     ``.log`` lies beside a ``.sealed``), for reading them ahead on an object store.
 
-    With ``previous`` (a night without keys), a sealed segment the checkpoint verified
-    clean, whose file is listed with the same size and version, is left out: the reader
-    skips it unless its seal entry changed, which only ``seals.log`` tells (it is then
-    read when asked for, as without this list).
+    With ``previous`` (give it for a night without keys only: with a key every segment
+    is read), a sealed segment the checkpoint verified clean, whose file is listed with
+    the same size and version, is left out: the reader skips it unless its seal entry
+    changed, which only ``seals.log`` tells (it is then read when asked for).
     """
     present = set(names)
     files: dict[int, list[str]] = {}
@@ -435,13 +435,18 @@ def members_read(names: Iterable[str],
     members = members or {}
     for n in sorted(files):
         before = previous.segment(n) if previous is not None else None
-        for name in sorted(files[n], key=lambda m: not m.endswith(".sealed")):
-            if (before is not None and before.name == name and before.version is not None
-                    and members.get(name) == (before.size, before.version)
-                    and before.sealed_frames == before.frames > 0):
-                continue
-            order.append(name)
+        order += [name for name in sorted(files[n], key=lambda m: not m.endswith(".sealed"))
+                  if before is None or not _listed_as_verified(before, name, members)]
     return order
+
+
+def _listed_as_verified(before: VerifiedSegment, name: str,
+                        members: Mapping[str, tuple[int, str | None]]) -> bool:
+    """Whether ``name`` is the sealed segment file a night verified clean (every frame
+    sealed), listed again with the size and version it had then."""
+    return (before.name == name and before.version is not None
+            and members.get(name) == (before.size, before.version)
+            and before.sealed_frames == before.frames > 0)
 
 
 def _at(name: str, index: int | None = None, offset: int | None = None) -> str:
@@ -671,10 +676,8 @@ def _read(names: list[str], read: Callable[[str], bytes], keys: KeyProvider | No
             history.gone(n, retention=seal is not None and n != newest_sealed)
             continue
         before = previous.segment(n) if previous is not None else None
-        if key is None and seal is not None and before is not None and before.name == use \
-                and before.version is not None \
-                and members.get(use) == (before.size, before.version) \
-                and history.same_seal(n, seal) and before.sealed_frames == before.frames > 0:
+        if key is None and seal is not None and before is not None \
+                and _listed_as_verified(before, use, members) and history.same_seal(n, seal):
             # Verified clean before, file and seal entry unchanged, and its content is
             # not read tonight (no key): reading it again would find what it found.
             report.segments += 1

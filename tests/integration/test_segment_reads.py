@@ -30,7 +30,7 @@ from pipeline.io.storage import (
     object_version,
     resolve,
 )
-from pipeline.ledger.keys import keys_from_json
+from pipeline.ledger.keys import StaticKeys, keys_from_json
 from pipeline.ledger.layout import SEGMENTS
 from pipeline.ledger.segments import (
     LOCK_FILE,
@@ -165,12 +165,19 @@ def test_a_nights_unchanged_sealed_segments_are_not_fetched_ahead(
     before = first.report.checkpoint
     assert isinstance(before, SegmentCheckpoint)
     proxy.clear()
-    listed = fetch_ledger(fs, path, MEMBER_READS, previous=before, version=object_version)
+    listed = fetch_ledger(fs, path, MEMBER_READS, None, previous=before,
+                          version=object_version)
     assert sorted(listed.fetched) == sorted(["KEY", SEALS, log])
     assert sorted(g.rsplit("/", 1)[1] for g in member_gets(proxy)) == sorted(listed.fetched)
     # Without the checkpoint every member the reading asks for.
-    whole = fetch_ledger(fs, path, MEMBER_READS, version=object_version)
+    # Without the checkpoint, or with keys (then every segment is read), every member
+    # the reading asks for.
+    whole = fetch_ledger(fs, path, MEMBER_READS, None, version=object_version)
     assert sorted(whole.fetched) == sorted(members_read(led.files))
+    assert led.key is not None
+    keyed = fetch_ledger(fs, path, MEMBER_READS, StaticKeys({led.scope: led.key}),
+                         previous=before, version=object_version)
+    assert sorted(keyed.fetched) == sorted(members_read(led.files))
 
 
 def test_a_ledger_listed_ahead_is_not_listed_again(
