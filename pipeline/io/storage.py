@@ -950,10 +950,10 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
     if obj.unreadable is not None:
         # Known at listing time (a dangling link): never opened, so never followed.
         raise FileNotFoundError(obj.unreadable)
+    local = issubclass(fsspec.get_filesystem_class(root.protocol), LocalFileSystem)
     if obj.key.storage == SEGMENTS:
         # A directory of vak's record segments: its entries as the lines of a JSONL
         # projection, its integrity on the lines' report (docs/segments.md).
-        local = issubclass(fsspec.get_filesystem_class(root.protocol), LocalFileSystem)
         started = ahead.take(obj) if ahead is not None else None
         yield segment_lines(root.filesystem(), obj.full_path, root.keys, local=local,
                             max_line_bytes=max_line_bytes, tap=tap,
@@ -962,7 +962,7 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
                             listed=started.result() if started is not None else None)
         return
     codec = obj.key.compression
-    if issubclass(fsspec.get_filesystem_class(root.protocol), LocalFileSystem):
+    if local:
         # The OS file directly: fsspec's local wrapper adds a Python call per buffer fill
         # (and no filesystem instance is looked up: ~9 us an object, ~1% of the audit
         # of a 100 KB session).
