@@ -16,6 +16,7 @@ from pipeline.ledger.layout import SEGMENTS, SessionKey, segment_member
 from pipeline.ledger.segments import (
     GENESIS,
     SegmentLines,
+    members_read,
     read_segment_ledger,
     walk_frames,
 )
@@ -180,6 +181,30 @@ def test_arbitrary_files_never_raise(files: dict[str, bytes]) -> None:
     lines = read_segment_ledger(files, files.__getitem__, keys)
     list(lines)
     assert all(f.detail for f in lines.report.findings)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(["seg-00000001.log", "seg-00000001.sealed",
+                                        "seg-00000002.log", "seg-00000002.sealed",
+                                        "seg-00000003.sealed", "seg-00000002.sealing",
+                                        "seals.log", "KEY", "LOCK"]),
+                       st.binary(max_size=300), min_size=1), st.booleans())
+def test_what_is_fetched_ahead_holds_every_read_in_its_order(files: dict[str, bytes],
+                                                              keyed: bool) -> None:
+    # members_read is what an object store fetches ahead of the reading: whatever the
+    # files hold, every member the reading asks for is in it, in the reading's order,
+    # once; LOCK and a .sealing leftover never.
+    asked: list[str] = []
+
+    def fetch(name: str) -> bytes:
+        asked.append(name)
+        return files[name]
+    keys = StaticKeys({"conversation:x": bytes(32)}) if keyed else None
+    list(read_segment_ledger(files, fetch, keys))
+    predicted = members_read(files)
+    assert len(set(predicted)) == len(predicted)
+    assert not {"LOCK", "seg-00000002.sealing"} & set(predicted)
+    assert [n for n in predicted if n in asked] == asked
 
 
 @settings(max_examples=60, deadline=None)
