@@ -402,22 +402,22 @@ def cgroup_cpu_quota(mounts: Path = Path("/sys/fs/cgroup"),
     the mount (a container that sees the host's path with its own group mounted as
     the root) is read from the nearest ancestor folder that is.
     """
-    try:
-        lines = membership.read_text().splitlines()
-    except OSError:
-        return None
     quotas: list[float] = []
-    for line in lines:  # "hierarchy:controllers:path"; v2's controllers are empty
-        controllers, _, path = line.partition(":")[2].partition(":")
-        if not path.startswith("/"):
-            continue
-        if controllers == "":
-            quotas += _quotas_along(mounts, path, _cpu_max)
-        elif "cpu" in controllers.split(","):
-            for name in (controllers, "cpu,cpuacct", "cpuacct,cpu", "cpu"):
-                if (mounts / name).is_dir():
-                    quotas += _quotas_along(mounts / name, path, _cfs_quota)
-                    break
+    try:
+        for line in membership.read_text().splitlines():
+            # "hierarchy:controllers:path"; v2's controllers are empty
+            controllers, _, path = line.partition(":")[2].partition(":")
+            if not path.startswith("/"):
+                continue
+            if controllers == "":
+                quotas += _quotas_along(mounts, path, _cpu_max)
+            elif "cpu" in controllers.split(","):
+                for name in (controllers, "cpu,cpuacct", "cpuacct,cpu", "cpu"):
+                    if (mounts / name).is_dir():
+                        quotas += _quotas_along(mounts / name, path, _cfs_quota)
+                        break
+    except OSError:  # a folder this process may not look into: what it found so far
+        pass
     return min(quotas, default=None)
 
 

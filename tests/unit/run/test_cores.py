@@ -70,6 +70,20 @@ def test_what_the_files_do_not_say_is_no_quota(tmp_path: Path, text: str) -> Non
     assert cgroup_cpu_quota(tmp_path / "no-mounts", membership(tmp_path, "0::/a")) is None
 
 
+def test_a_folder_it_may_not_look_into_is_no_crash(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Path.is_dir raises PermissionError (it swallows only "not there" errors).
+    mounts = tmp_path / "fs"
+    group(mounts, "/", cpu_max="100000 100000")
+
+    def denied(self: Path) -> bool:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "is_dir", denied)
+    assert cgroup_cpu_quota(mounts, membership(tmp_path, "0::/a")) is None
+    assert orchestrate.local_cores() >= 1
+
+
 @pytest.mark.parametrize(("quota", "cores"), [(None, 2), (0.5, 1), (1.5, 2), (2.0, 2),
                                               (64.0, 2)])
 def test_local_cores_is_the_affinity_capped_by_the_quota_rounded_up(
