@@ -108,8 +108,7 @@ def test_each_member_read_is_fetched_once_side_by_side_and_audits_alike(
     alone = audited(root, batch)
     assert fetched[0].equals(alone[0]) and fetched[1].equals(alone[1])
     assert sorted(member_gets(proxy)) == sorted(expected)
-    statuses = fetched[0].column("status").to_pylist()
-    assert statuses == ["ok"] * LEDGERS if with_keys else set(statuses) == {"ok"}
+    assert set(fetched[0].column("status").to_pylist()) == {"ok"}
 
 
 @pytest.fixture
