@@ -212,7 +212,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2, help="the cluster's --workers")
     ap.add_argument("--quick", action="store_true",
-                    help="for make test: 12 sessions, one round, no cluster, against HEAD")
+                    help="for make test: 12 sessions, 4 segment ledgers, one round, no "
+                         "cluster, against HEAD")
     args = ap.parse_args()
     if args.quick:
         args.baseline, args.sessions, args.segment_ledgers, args.rounds = "HEAD", 12, 4, 1
