@@ -91,15 +91,20 @@ def test_reading_mutants_again_and_again_holds_no_more_memory(tmp_path: Path) ->
     read_all()
     read_all()  # the caches (interned strings, the price catalogue's, ...) fill here
     rounds = 5
-    gc.collect()
-    before = sys.getallocatedblocks()
-    for _ in range(rounds):
-        read_all()
-    gc.collect()
-    grown = sys.getallocatedblocks() - before
-    # One reference kept per session read would be rounds * len(roots) blocks (per line:
-    # tens of thousands); measured: -10 to +40 in all.
-    assert grown < rounds * len(roots) // 2
+    grown = []
+    for _ in range(3):
+        gc.collect()
+        before = sys.getallocatedblocks()
+        for _ in range(rounds):
+            read_all()
+        gc.collect()
+        grown.append(sys.getallocatedblocks() - before)
+    # One reference kept per session read would be rounds * len(roots) blocks in every
+    # trial (per line: tens of thousands). Without one the count still moves by up to
+    # ~±120 from trial to trial (free lists, dicts resized; measured on 3.11 and 3.13,
+    # before and after 2026-12-07, four trials each: -106 to +117), which a single trial
+    # mistook for a leak once: the smallest of three trials is judged.
+    assert min(grown) < rounds * len(roots) // 2, grown
 
 
 def test_make_sanitize_reads_mutants_and_names_tests_that_exist() -> None:
