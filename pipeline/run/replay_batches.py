@@ -339,11 +339,14 @@ def replay_batch(root: Location, index: int, batch: list[SessionObject],
     # A dead storage endpoint: once it failed MAX_CONNECTION_FAILURES objects in a row,
     # the rest of the batch is reported not read, without a request.
     watch = EndpointWatch()
+    # A segment ledger's checkpoint, parsed once for the read-ahead and the reading.
+    segment_checkpoints = {
+        obj.key.path: SegmentCheckpoint.from_json(before.segments)
+        for obj in batch if obj.key.storage == SEGMENTS and previous is not None
+        and (before := previous.get(obj.key.path)) is not None}
 
     def segments_before(obj: SessionObject) -> SegmentCheckpoint | None:
-        before = previous.get(obj.key.path) if previous is not None else None
-        return (SegmentCheckpoint.from_json(before.segments)
-                if before is not None and obj.key.storage == SEGMENTS else None)
+        return segment_checkpoints.get(obj.key.path)
 
     with ReadAhead(root, batch, watch.reachable, segments_before=segments_before) as ahead:
         for obj in batch:
