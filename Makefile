@@ -18,7 +18,7 @@ COMPILE := $(BIN)/python -m compileall -q pipeline jobs
 CHECKOV_VERSION := 3.3.30
 CHECKOV := $(VENV)/checkov/bin/checkov
 
-.PHONY: demo test lint typecheck conformance bench sanitize deploy-check lock clean
+.PHONY: demo test test-lowest lint typecheck conformance bench sanitize deploy-check lock clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,26 @@ test: $(VENV)/.installed-test $(CHECKOV)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 	@if [ -x ../shared/conformance/check ]; then ../shared/conformance/check; fi
+
+## test-lowest: the whole suite on the oldest releases pyproject.toml admits (uv's
+# lowest-direct resolution of the runtime and test dependencies, in .venv/lowest; needs
+# the package registry). Minutes, so not in `make test`, where
+# tests/project/test_lower_bounds.py runs every stage's command on each runtime
+# dependency's exact lower bound.
+LOWEST := $(VENV)/lowest
+test-lowest: $(CHECKOV) | $(VENV)/bin/uv
+	$(BIN)/uv venv -q --allow-existing --python $(BIN)/python $(LOWEST)
+	$(BIN)/uv pip install -q --compile-bytecode --python $(LOWEST)/bin/python \
+	  --resolution lowest-direct -e ".[test,deploy-check]"
+	$(COMPILE)
+	$(LOWEST)/bin/python -m pytest $(foreach t,$(NOT_LOWEST),--deselect "$(t)")
+
+# What `make test-lowest` leaves out, by design: the check that the tests run the lock's
+# releases, and the benches that run the project at an older git revision beside this
+# one (that revision's code needs the newer releases of its day: click 8.4).
+NOT_LOWEST := tests/deploy/test_deploy_image.py::test_the_tests_run_the_versions_the_image_ships \
+  tests/project/test_bench_quick.py::test_quick_run_prints_its_figures[nightly_first_night] \
+  tests/project/test_bench_quick.py::test_quick_run_prints_its_figures[object_store_latency]
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check pipeline jobs tests bench infra

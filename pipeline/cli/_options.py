@@ -160,7 +160,13 @@ _BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "k": 2**10,
                "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}
 
 
-class ByteSize(click.ParamType[int, Any]):
+if TYPE_CHECKING:
+    _IntParamType = click.ParamType[int, Any]
+else:
+    _IntParamType = click.ParamType  # generic (subscriptable) only from click 8.4
+
+
+class ByteSize(_IntParamType):
     """A byte count: ``1048576``, ``64MiB``, ``512KiB``, ``1GiB`` (kB, MB, GB are powers
     of ten)."""
 
