@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.dataset as pads
+import pyarrow.fs as pafs
 
 #: delta-rs allocates through its own jemalloc (symbols prefixed ``_rjem_``), which by
 #: default keeps freed pages resident for 10 s: in a nightly, whose phases (classification,
@@ -196,8 +197,17 @@ class Tables:
         table = self.open(name, version)
         if table is None:
             return None
+        # A local table is read through Arrow's own file system. delta-rs's is Python
+        # (a PyFileSystem): its buffers are Python objects, which a thread of Arrow's may
+        # free after the scan returned, taking the GIL; in a process that is exiting
+        # then, that thread ends mid-C++ and the process aborts ("terminate called
+        # without an active exception", exit 134: 2 of 30 refused `vakpipe cost` runs
+        # under load with pyarrow 18 and deltalake 1.5; docs/nightly.md, *Damaged
+        # tables*).
+        local = (pafs.SubTreeFileSystem(self.loc.join(name), pafs.LocalFileSystem())
+                 if self.loc.protocol == "file" else None)
         try:
-            return table.to_pyarrow_dataset()
+            return table.to_pyarrow_dataset(filesystem=local)
         except DeltaError as err:  # a reader feature pyarrow's datasets lack
             raise CorruptTableError(f"{self.uri(name)}: the Delta table cannot be read "
                                     f"({error_text(err)})") from err

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from pipeline.cli import EXIT_FINDINGS, EXIT_OK
+from pipeline.cli import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE
 from pipeline.synth.local_s3 import LocalS3
 from tests.helpers.storage import BUCKET
 
@@ -125,6 +125,14 @@ def test_every_stage_runs_on_the_lowest_releases(lowest: Path, tmp_path: Path,
         # A traceback exits 1 too, as findings do: only its absence tells them apart.
         assert done.returncode in (EXIT_OK, EXIT_FINDINGS) and "Traceback" not in done.stderr, (
             f"vakpipe {' '.join(step)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    # A refusal right after reading the Delta tables: on pyarrow 18 and deltalake 1.5 the
+    # process aborted as it exited (exit 134) in 2-3 of 10 test runs under load while
+    # delta-rs's Python file system read local tables (docs/nightly.md, *Damaged
+    # tables*). Timing decides it: an unloaded machine passed these 6 without the fix too.
+    for _ in range(6):
+        done = vakpipe(lowest, tmp_path, "cost", "nightly", "--report-dir", "nightly")
+        assert done.returncode == EXIT_UNUSABLE and "terminate called" not in done.stderr, (
+            done.returncode, done.stderr[-2000:])
     for report in ("costs", "real-costs/cost", "nightly-costs"):
         assert (tmp_path / report / "report.html").stat().st_size > 1_000_000, report
     assert (tmp_path / "nightly" / "dashboard.html").exists()
