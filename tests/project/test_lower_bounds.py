@@ -14,7 +14,8 @@ kernel already built), each stage's command in its own process: a faulted fleet 
 segment ledgers written to moto's S3 server (the test's, from the suite's own
 environment), audited there with replay on a LocalCluster, its cost report, the cost of
 the real transcripts, a nightly into Delta tables with compaction, its cost report and
-dashboard, the OTel export and compaction packets.
+dashboard, the OTel export and compaction packets; then six reports refused on the Delta
+output, each of which once could abort as its process exited (docs/nightly.md).
 
 ``make test-lowest`` runs the whole suite on uv's lowest-direct resolution of the runtime
 and test dependencies (minutes: not part of ``make test``). Skipped where the package
