@@ -284,6 +284,9 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
         fs, path = url_to_fs(url, **options)
     except (ImportError, ValueError) as err:
         raise UsageError(f"cannot use {shown!r}: {err}") from err
+    except TypeError as err:  # an option of the wrong type (``max_concurrency=abc``)
+        raise UsageError(f"{shown}: the storage options (--storage-option) do not fit its "
+                         f"filesystem: {printable(str(err), 160)}") from err
     except Exception as err:
         # Some filesystems connect as they are made (ftp, sftp): whatever their client
         # raises (ConnectionRefusedError, ftplib's and paramiko's own errors), one line.
@@ -295,7 +298,31 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
         options = _with_defaults(options, _S3_DEFAULTS)
         if os.environ.get("AWS_PROFILE") and "profile" not in options:
             options["profile"] = os.environ["AWS_PROFILE"]
-    return Location(shown, protocol, path, options, keys=_KEYS[0])
+    location = Location(shown, protocol, path, options, keys=_KEYS[0])
+    if protocol == "s3":
+        _make_s3_client(location)
+    return location
+
+
+def _make_s3_client(location: Location) -> None:
+    """Make ``location``'s S3 client now, as its first request would.
+
+    botocore refuses what it cannot use only as the client is made: an endpoint that
+    is no URL (``endpoint_url=notaurl``, or in ``AWS_ENDPOINT_URL``), an option s3fs
+    hands to botocore's session that it does not take (``region_name``, which belongs
+    in ``client_kwargs``), a profile that is not configured. Made at the first request,
+    the first two were a traceback from whichever read came first. No request is sent;
+    the credentials are looked up (the instance is the one every later call of
+    :meth:`Location.filesystem` gets, so that is done once either way).
+    """
+    try:
+        location.filesystem().connect()
+    except (TypeError, ValueError) as err:
+        text = printable(str(err).splitlines()[0] if str(err) else type(err).__name__, 160)
+        raise UsageError(f"{location.url}: the storage options (--storage-option, AWS_* "
+                         f"variables) do not make an S3 client: {text}") from err
+    except storage_errors() as err:
+        raise storage_error(err, location.url) from err
 
 
 def _canonical(protocols: str | tuple[str, ...], path: str) -> tuple[str, str]:

@@ -502,6 +502,10 @@ def executor_for(listing: Listing, scheduler: str | None = None, workers: int | 
     if runs_in_process(listing, scheduler, workers, replays, local):
         yield LocalExecutor()
         return
+    if workers is not None:
+        # A worker beyond the sessions would get no task: `--workers 100` over 20
+        # sessions started 100 processes (a minute here) for 20 to work.
+        workers = min(workers, max(1, len(listing.sessions)))
     with dask_client(scheduler, workers, processes=not threads) as client:
         yield DaskExecutor(client)
 

@@ -164,6 +164,25 @@ def test_bad_storage_option(tmp_path: Path) -> None:
     assert_one_line_error(result.exit_code, result.stderr, "no-equals-sign")
 
 
+@pytest.mark.parametrize(("options", "env", "named"), [
+    (["endpoint_url=notaurl"], {}, "Invalid endpoint: notaurl"),
+    ([], {"AWS_ENDPOINT_URL_S3": "notaurl", "AWS_ENDPOINT_URL": "notaurl"},
+     "Invalid endpoint: notaurl"),
+    (['client_kwargs={"endpoint_url": "zz"}'], {}, "Invalid endpoint: zz"),
+    (["region_name=eu-west-1"], {}, "'region_name'"),  # belongs in client_kwargs
+    (["max_concurrency=abc"], {}, "do not fit its filesystem"),
+])
+def test_storage_options_botocore_refuses(s3: LocalS3, tmp_path: Path, options: list[str],
+                                          env: dict[str, str], named: str) -> None:
+    # botocore refuses these only as the client is made; they were a traceback from
+    # whichever request came first.
+    flags = [arg for option in options for arg in ("--storage-option", option)]
+    done = vakpipe("audit", ARCHIVE, "--out", str(tmp_path / "out"), *flags,
+                   env={**os.environ, **env})
+    assert_one_line_error(done.returncode, done.stderr, ARCHIVE, named)
+    assert not (tmp_path / "out").exists()
+
+
 def test_output_bucket_that_does_not_exist_is_not_created(
     faulty_archive: Location, scheduler: str
 ) -> None:

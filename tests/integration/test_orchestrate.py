@@ -203,6 +203,15 @@ def test_a_small_run_executes_in_process_by_what_it_does(
     assert orchestrate.LOCAL_MAX_BYTES == 32 * MB and LOCAL_MAX_AUDIT_BYTES == 128 * MB
 
 
+def test_workers_beyond_the_sessions_are_not_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--workers 100` over 3 sessions: 3 workers, each with a task; the others would
+    # cost a process start each and do nothing (threads here: the count is the point).
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    with orchestrate.executor_for(Listing(objects([MB] * 3), 0), None, 100,
+                                  threads=True) as executor:
+        assert isinstance(executor, orchestrate.DaskExecutor) and executor.workers == 3
+
+
 @pytest.mark.parametrize(("cores", "audit_mb", "replay_mb"), [
     (1, 384, 96), (2, 288, 72), (4, 177, 44), (16, 137, 34)])
 def test_on_fewer_cores_a_bigger_run_stays_in_process(

@@ -108,6 +108,29 @@ def test_location_filesystem_is_one_instance_and_options_stay_put(s3: LocalS3) -
     assert loc.filesystem() is fs  # so listings cached by one call serve the next
 
 
+@pytest.mark.parametrize(("options", "message"), [
+    ({"endpoint_url": "notaurl"}, "do not make an S3 client: Invalid endpoint: notaurl"),
+    ({"client_kwargs": {"region_name": "x y"}}, "do not make an S3 client: Provided region"),
+    ({"no_such_option": 1}, "unexpected keyword argument 'no_such_option'"),
+    ({"max_concurrency": "abc"}, "do not fit its filesystem"),
+])
+def test_resolve_refuses_options_botocore_cannot_use(options: dict[str, object],
+                                                     message: str) -> None:
+    with pytest.raises(UsageError) as info:
+        resolve("s3://bucket/p", options)
+    assert one_line(info.value).startswith("s3://bucket/p: the storage options")
+    assert message in str(info.value)
+
+
+def test_resolve_makes_the_client_every_later_call_uses(s3: LocalS3) -> None:
+    loc = resolve(f"s3://{BUCKET}/archive")
+    fs = loc.filesystem()
+    client = fs._s3
+    assert client is not None  # made as the location was resolved, no request sent
+    fs.ls(BUCKET)
+    assert fs._s3 is client
+
+
 def test_resolve_refuses_unknown_protocols() -> None:
     with pytest.raises(UsageError, match="nosuchproto://x"):
         resolve("nosuchproto://x")
