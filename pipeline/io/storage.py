@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import errno
 import io
 import itertools
 import os
@@ -21,6 +22,7 @@ from operator import attrgetter
 from typing import Any, TypeVar
 
 import fsspec
+import fsspec.asyn
 import fsspec.compression
 from fsspec.core import split_protocol, url_to_fs
 from fsspec.implementations.local import LocalFileSystem
@@ -849,11 +851,11 @@ class ReadAhead:
     A batch of small sessions on an object store is otherwise bound by round trips: each
     object's open (a HEAD where the listing is not cached) and GET wait on the network
     one after another, ~20-40 ms each against S3, which dwarfs the audit of a 100 KB
-    session. Here the :data:`READ_AHEAD_OBJECTS` objects after the one taken are opened
-    and their first block (for the objects read ahead, the whole object: at most
-    :data:`READ_AHEAD_MAX_BYTES`) fetched into the file object's cache, side by side;
-    :func:`open_lines` then reads the object from that cache, and checks its version as
-    it does any object's (the file object sends the ETag it opened as ``If-Match``).
+    session. Here the :data:`READ_AHEAD_OBJECTS` objects after the one taken are fetched
+    whole (each at most :data:`READ_AHEAD_MAX_BYTES`), side by side: on S3 in one GET
+    asking for the listed version (:func:`_get_listed_version`), elsewhere opened and
+    their one block fetched into the file object's cache; :func:`open_lines` then reads
+    the object from memory, its version checked as any object's is.
 
     A segment ledger up to that size is listed and its members fetched side by side
     (:func:`~pipeline.io.segments.fetch_ledger`, those its reading will ask for: on a
@@ -931,7 +933,15 @@ def _open_object(root: Location, obj: SessionObject, fetch: bool = False) -> Any
     """``obj`` opened for reading in blocks of :data:`READ_BLOCK_BYTES`; with ``fetch``,
     its first block fetched (into the file object's cache) and the file back at 0,
     unless it opened another version than the one listed (:func:`open_lines` raises
-    then, before any GET)."""
+    then, before any GET).
+
+    An S3 object up to :data:`READ_AHEAD_MAX_BYTES` whose listing gave its ETag is
+    fetched whole, as that version, in one GET (:func:`_get_listed_version`): s3fs's
+    file object would first send a HEAD for what the listing already says, on a worker,
+    which has no cached listing (two round trips an object instead of one).
+    """
+    if root.protocol == "s3" and obj.etag is not None and obj.size <= READ_AHEAD_MAX_BYTES:
+        return io.BytesIO(_get_listed_version(root.filesystem(), obj))
     raw = root.filesystem().open(obj.full_path, "rb", block_size=READ_BLOCK_BYTES)
     if fetch:
         try:
@@ -942,6 +952,43 @@ def _open_object(root: Location, obj: SessionObject, fetch: bool = False) -> Any
             raw.close()
             raise
     return raw
+
+
+def _get_listed_version(fs: Any, obj: SessionObject) -> bytes:
+    """The bytes of the S3 object ``obj`` names, in one GET that asks for its listed
+    ETag (``If-Match``): another version is a 412, raised as
+    :class:`~pipeline.errors.ObjectChangedError` before any of its bytes are read. The
+    answer's own ETag and length are checked too, for a store that ignores ``If-Match``.
+
+    s3fs's own calls (its retries of throttling and of a body cut short, its
+    translation of S3's errors), as its ``cat_file``, which cannot send ``If-Match``.
+    """
+    from s3fs.core import _error_wrapper
+
+    bucket, key, _ = fs.split_path(obj.full_path)
+
+    async def get() -> tuple[bytes, str | None]:
+        answer = await fs._call_s3("get_object", Bucket=bucket, Key=key,
+                                   IfMatch=f'"{obj.etag}"')
+        try:
+            return await answer["Body"].read(), answer.get("ETag")
+        finally:
+            answer["Body"].close()
+
+    try:
+        answer: tuple[bytes, str | None] = fsspec.asyn.sync(fs.loop, _error_wrapper, get,
+                                                             retries=fs.retries)
+    except OSError as err:
+        # s3fs's translation of 412 PreconditionFailed (its own file object tells it
+        # the same way)
+        if err.errno == errno.EINVAL and "pre-conditions" in str(err):
+            raise ObjectChangedError(
+                f"changed since it was listed: version {obj.etag} of {obj.size:,} bytes "
+                f"listed, another found (If-Match failed)") from err
+        raise
+    data, etag = answer
+    _check_version(obj, {"ETag": etag, "size": len(data)}, "since it was listed")
+    return data
 
 
 def _close_opened(future: Future[Any]) -> None:
@@ -966,10 +1013,11 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
     or a local file's modification time, and size, as listed): when the object is
     another version once opened, or changes while it is read, the block raises
     :class:`~pipeline.errors.ObjectChangedError` (the caller may look it up again with
-    :func:`refresh_object` and read it once more). On S3, s3fs sends the ETag it opened
-    as ``If-Match`` with every ranged GET, so a replacement between two of them fails
-    the read instead of splicing two versions; a local file is looked at again after
-    its last line.
+    :func:`refresh_object` and read it once more). On S3 an object up to
+    :data:`READ_AHEAD_MAX_BYTES` is one GET asking for the listed ETag (``If-Match``); for
+    a larger one s3fs sends the ETag it opened as ``If-Match`` with every ranged GET, so
+    a replacement between two of them fails the read instead of splicing two versions; a
+    local file is looked at again after its last line.
 
     ``segments_before``: a nightly's checkpoint of a segment ledger (docs/segments.md).
     ``ahead``: the batch's :class:`ReadAhead`, which may have opened the object already.
@@ -1012,8 +1060,9 @@ def open_lines(root: Location, obj: SessionObject, *, max_line_bytes: int = MAX_
             # Its buffer is smaller than the request size (requests stay
             # READ_BLOCK_BYTES, as the file object caches its block) so the lines are
             # cut from cache-warm memory.
-            stream = (io.BufferedReader(raw, LINE_BUFFER_BYTES) if codec is None
-                      else decompressed(raw, codec))
+            stream = (decompressed(raw, codec) if codec is not None
+                      else raw if isinstance(raw, io.BytesIO)  # fetched whole
+                      else io.BufferedReader(raw, LINE_BUFFER_BYTES))
             yield guarded_lines(stream, max_line_bytes, tap)
     except _expired_errors() as err:
         raise ObjectChangedError(f"changed while it was read ({err})") from err
