@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import errno
 import io
 import itertools
@@ -316,15 +317,43 @@ def _make_s3_client(location: Location) -> None:
     the first two were a traceback from whichever read came first. No request is sent;
     the credentials are looked up (the instance is the one every later call of
     :meth:`Location.filesystem` gets, so that is done once either way).
+
+    Its session parses the timestamps of S3's answers with :func:`_s3_timestamp`: this
+    is the command's process, which lists the archive.
     """
+    fs = location.filesystem()
     try:
-        location.filesystem().connect()
+        if fs.session is None:
+            import aiobotocore.session
+
+            # What s3fs makes as it connects, with botocore's documented parser hook.
+            fs.session = aiobotocore.session.AioSession(**fs.kwargs)
+            fs.session.get_component("response_parser_factory").set_parser_defaults(
+                timestamp_parser=_s3_timestamp)
+        fs.connect()
     except (TypeError, ValueError) as err:
         text = printable(str(err).splitlines()[0] if str(err) else type(err).__name__, 160)
         raise UsageError(f"{location.url}: the storage options (--storage-option, AWS_* "
                          f"variables) do not make an S3 client: {text}") from err
     except storage_errors() as err:
         raise storage_error(err, location.url) from err
+
+
+def _s3_timestamp(text: str) -> datetime.datetime:
+    """An S3 timestamp (a listed object's ``LastModified``: ``2026-12-07T07:03:26.000Z``)
+    by the standard library, others by botocore's own parser (an HTTP date).
+
+    botocore's default, dateutil's general parser, took 40-80 us a key here, about half
+    the CPU of listing an archive (10^6 sessions: over a minute in the command's
+    process); ``fromisoformat`` takes ~0.3 us and gives the same instant.
+    """
+    try:
+        return datetime.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        from botocore.utils import parse_timestamp
+
+        stamp: datetime.datetime = parse_timestamp(text)
+        return stamp
 
 
 def _canonical(protocols: str | tuple[str, ...], path: str) -> tuple[str, str]:

@@ -24,6 +24,7 @@ from pipeline.errors import (
     StorageError,
     UsageError,
 )
+from pipeline.io import storage
 from pipeline.io.storage import (
     Location,
     check_output,
@@ -129,6 +130,38 @@ def test_resolve_makes_the_client_every_later_call_uses(s3: LocalS3) -> None:
     assert client is not None  # made as the location was resolved, no request sent
     fs.ls(BUCKET)
     assert fs._s3 is client
+
+
+@pytest.mark.parametrize("text", ["2026-12-07T07:03:26.000Z", "2026-12-07T07:03:26Z",
+                                  "2026-12-07T07:03:26.123456+02:00",
+                                  "Mon, 07 Dec 2026 07:03:26 GMT", "1796626206"])
+def test_s3_timestamps_are_the_instants_botocore_parses(text: str) -> None:
+    from botocore.utils import parse_timestamp
+
+    assert storage._s3_timestamp(text) == parse_timestamp(text)
+
+
+def test_a_resolved_location_lists_with_the_fast_timestamps(
+    s3: LocalS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The command's listing: the same entries as a plain s3fs instance lists, its
+    # timestamps parsed by the standard library (2.4x less CPU: bench/listing_scale.py).
+    for name in ("a", "b"):
+        put(resolve(f"s3://{BUCKET}/archive"), f"{name}.jsonl", b"{}\n")
+    parsed: list[str] = []
+
+    def counted(text: str) -> object:
+        parsed.append(text)
+        return real(text)
+
+    real = storage._s3_timestamp
+    monkeypatch.setattr(storage, "_s3_timestamp", counted)
+    fsspec.filesystem("s3").clear_instance_cache()
+    loc = resolve(f"s3://{BUCKET}/archive")
+    found = loc.filesystem().find(loc.path, detail=True)
+    assert len(parsed) == 2 and all(text.endswith("Z") for text in parsed)
+    plain = fsspec.filesystem("s3", skip_instance_cache=True)
+    assert found == plain.find(loc.path, detail=True) and len(found) == 2
 
 
 def test_resolve_refuses_unknown_protocols() -> None:
