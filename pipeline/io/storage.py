@@ -494,6 +494,22 @@ def object_version(info: dict[str, Any]) -> str | None:
     return str(etag).strip('"') if etag else None
 
 
+def forget_listing(root: Location) -> None:
+    """Drop what ``root``'s filesystem cached of listings at and below it.
+
+    s3fs keeps each folder a ``find`` listed (an info dict per object, ~1.4 KiB a
+    session) for the life of the process, and its ``invalidate_cache(path)`` drops
+    ``path`` and its parents only, never the folders below: a whole archive's listing
+    stayed cached after a night had "invalidated" it.
+    """
+    fs = root.filesystem()
+    below = root.path.rstrip("/") + "/"
+    cache = fs.dircache
+    for path in [p for p in cache if p.startswith(below)]:
+        cache.pop(path, None)
+    fs.invalidate_cache(root.path)
+
+
 def refresh_object(root: Location, obj: SessionObject) -> SessionObject:
     """``obj`` as it is now: its size and version looked up again, past any cached
     listing (before a re-read of an object that changed).

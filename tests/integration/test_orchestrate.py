@@ -366,6 +366,17 @@ def test_run_audit_on_a_local_cluster_reports_every_injected_fault(
     check_against_truth(faulty_archive, out, summary)
 
 
+def test_a_run_on_a_cluster_does_not_hold_the_listing(
+    faulty_archive: Location, scheduler: str
+) -> None:
+    # The workers read with their own filesystems: the listing s3fs cached in this
+    # process (~1.4 KiB a session) is dropped once the run is on the cluster.
+    run_audit(faulty_archive, resolve(f"s3://{BUCKET}/audit"), scheduler=scheduler,
+              progress=False)
+    cached = faulty_archive.filesystem().dircache
+    assert not [path for path in cached if path.startswith(faulty_archive.path)]
+
+
 @pytest.mark.slow
 def test_separate_process_cluster_gives_identical_rows(
     faulty_archive: Location, scheduler: str, separate_cluster: str,

@@ -29,6 +29,7 @@ from pipeline.io.storage import (
     Location,
     check_output,
     enumerate_sessions,
+    forget_listing,
     locate,
     map_io,
     open_lines,
@@ -162,6 +163,21 @@ def test_a_resolved_location_lists_with_the_fast_timestamps(
     assert len(parsed) == 2 and all(text.endswith("Z") for text in parsed)
     plain = fsspec.filesystem("s3", skip_instance_cache=True)
     assert found == plain.find(loc.path, detail=True) and len(found) == 2
+
+
+def test_forget_listing_drops_every_folder_listed_below_the_root(s3: LocalS3) -> None:
+    # s3fs's own invalidate_cache(root) drops the root and its parents only: the
+    # folders below stayed cached (~1.3 KiB a session) after a night had invalidated.
+    root = resolve(f"s3://{BUCKET}/archive")
+    other = resolve(f"s3://{BUCKET}/archived")  # a sibling whose name starts the same
+    for loc in (root, other):
+        put(loc, "agents/vak/sessions/h/s.jsonl", b"{}\n")
+        loc.filesystem().find(loc.path)  # as enumerate_sessions lists
+    cache = root.filesystem().dircache
+    assert [p for p in cache if p.startswith(root.path + "/")]
+    forget_listing(root)
+    assert not [p for p in cache if p == root.path or p.startswith(root.path + "/")]
+    assert [p for p in cache if p.startswith(other.path + "/")]  # not below the root
 
 
 def test_resolve_refuses_unknown_protocols() -> None:
