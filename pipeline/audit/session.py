@@ -29,10 +29,12 @@ from pipeline.ledger.reader import Entry, LineStats, audit_view, header_view, re
 from pipeline.ledger.redact import quote
 from pipeline.ledger.tree import Node, TreeIndex
 from pipeline.ledger.types import (
+    TOKEN_COUNT_WANTED,
     Code,
     Finding,
     Severity,
     Status,
+    bad_field_detail,
     token_count,
 )
 
@@ -109,20 +111,12 @@ def _name(v: Any) -> str | None:
     return sys.intern(v) if type(v) is str else None
 
 
-_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "an integer",
-               float: "a number", bool: "a boolean", type(None): "null"}
-
-
 def _bad_field(entry: Entry, path: str, value: Any, wanted: str) -> Finding:
     """``bad_field`` on ``entry``: the field at ``path`` is not what vak writes there.
 
     The detail names the path and the type found, never the value (input is data).
     """
-    got = _JSON_TYPES.get(type(value), "a value")
-    if type(value) is int and wanted.startswith("a token count"):
-        got = "an integer out of range"
-    return Finding(Code.BAD_FIELD, entry.line, entry.id,
-                   f"{path} is {got}, not {wanted}: read as absent")
+    return Finding(Code.BAD_FIELD, entry.line, entry.id, bad_field_detail(path, value, wanted))
 
 
 def _bad_usage(entry: Entry, path: str, usage: Any) -> Finding:
@@ -131,8 +125,7 @@ def _bad_usage(entry: Entry, path: str, usage: Any) -> Finding:
         for k in USAGE_KEYS:
             v = usage.get(k)
             if v is not None and token_count(v) is None:
-                return _bad_field(entry, f"{path}.{k}", v,
-                                  "a token count (an integer from 0 to 2^63 - 1)")
+                return _bad_field(entry, f"{path}.{k}", v, TOKEN_COUNT_WANTED)
     return _bad_field(entry, path, usage, "a usage object")
 
 

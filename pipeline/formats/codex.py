@@ -42,7 +42,7 @@ from pipeline.formats.base import ROOT_ID, count, json_lines, root_entry, text
 from pipeline.ledger.layout import CODEX
 from pipeline.ledger.reader import Entry, LineStats
 from pipeline.ledger.redact import quote
-from pipeline.ledger.types import Code, Finding
+from pipeline.ledger.types import TOKEN_COUNT_WANTED, Code, Finding, bad_field_detail, token_count
 
 _sha256 = hashlib.sha256
 _new_entry = tuple.__new__
@@ -58,6 +58,20 @@ def _totals(usage: Any) -> tuple[int, int, int] | None:
     if type(usage) is not dict:
         return None
     return count(usage.get(_TOTALS[0])), count(usage.get(_TOTALS[1])), count(usage.get(_TOTALS[2]))
+
+
+def _bad_count(info: dict[str, Any]) -> str | None:
+    """The ``bad_field`` detail of the first count of a ``token_count`` event's usages
+    present as anything but a token count (absent or null: 0), else ``None``."""
+    for name in ("last_token_usage", "total_token_usage"):
+        usage = info.get(name)
+        if type(usage) is dict:
+            for key in _TOTALS:
+                v = usage.get(key)
+                if v is not None and token_count(v) is None:
+                    return bad_field_detail(f"payload.info.{name}.{key}", v,
+                                            TOKEN_COUNT_WANTED)
+    return None
 
 
 def vak_usage(total_input: int, cached: int, output: int) -> dict[str, int]:
@@ -197,8 +211,14 @@ class Codex:
                     # it; the outer time does not (a fork rewrites it).
                     key = f"{turn}:{now[0]}:{now[1]}:{now[2]}" if turn else \
                         f"{ts}:{now[0]}:{now[2]}"
+                    # A count of another kind: the request without usage, as a vak or
+                    # Claude Code one is (docs/formats.md, "Usage counts").
+                    bad = _bad_count(info)
+                    if bad is not None:
+                        yield Finding(Code.BAD_FIELD, number, f"L{number}", bad)
                     meta: dict[str, Any] = {
-                        "usage": vak_usage(*last), "model": model, "request_key": key,
+                        "usage": vak_usage(*last) if bad is None else None, "model": model,
+                        "request_key": key,
                         "window": count(info.get("model_context_window")) or window}
                     if (forked is not None and fork_ms is not None and started is not None
                             and started < fork_ms):

@@ -4123,7 +4123,8 @@ text_of(PyObject *v)
     return v && PyUnicode_CheckExact(v) && PyUnicode_GET_LENGTH(v) ? v : NULL;
 }
 
-/* _usage(usage): the four counts, or None when usage is not a dict. */
+/* _usage(usage): the four counts, None when usage is not a dict, or usage itself (new)
+ * when a count is present and not a token count (the audit refuses it: bad_field). */
 static PyObject *
 usage_counts(PyObject *usage)
 {
@@ -4136,6 +4137,10 @@ usage_counts(PyObject *usage)
         if (!v && PyErr_Occurred()) {
             Py_CLEAR(out);
             break;
+        }
+        if (v && !count_ok(v)) {
+            Py_DECREF(out);
+            return Py_NewRef(usage);
         }
         PyObject *n = token_or_zero(v);
         if (PyDict_SetItem(out, usage_keys[i], n) < 0) {

@@ -36,6 +36,23 @@ def token_count(v: object) -> int | None:
     return v if type(v) is int and 0 <= v <= MAX_TOKEN_COUNT else None
 
 
+#: What a JSON value is, as a finding names it (never the value: input is data).
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "an integer",
+               float: "a number", bool: "a boolean", type(None): "null"}
+#: What a token count is, as a ``bad_field`` finding says it is wanted.
+TOKEN_COUNT_WANTED = "a token count (an integer from 0 to 2^63 - 1)"
+
+
+def bad_field_detail(path: str, value: object, wanted: str) -> str:
+    """The detail of a ``bad_field`` finding: the field at ``path`` holds ``value``
+    where ``wanted`` goes, and is read as absent. It names the path and the type found,
+    never the value."""
+    got = _JSON_TYPES.get(type(value), "a value")
+    if type(value) is int and wanted == TOKEN_COUNT_WANTED:
+        got = "an integer out of range"
+    return f"{path} is {got}, not {wanted}: read as absent"
+
+
 # Typed accessors of payload values. vak writes each payload field with one type; a file
 # can hold any JSON value there, and a value of another type is read as absent (the
 # empty value of the expected type), never used as what it is not: ``for x in v or []``

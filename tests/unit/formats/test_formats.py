@@ -207,6 +207,26 @@ def test_codex_without_last_usage_falls_back_to_differences_of_totals() -> None:
     assert usage_sums(audit) == (110, 30, 140, 0)
 
 
+@pytest.mark.parametrize("where", ["last_token_usage", "total_token_usage"])
+def test_a_codex_count_of_another_kind_is_a_finding_and_its_request_unpriced(
+    where: str
+) -> None:
+    bad = orjson.loads(token_count((100, 40, 10), (100, 40, 10)))
+    bad["payload"]["info"][where]["cached_input_tokens"] = "40"
+    lines = [codex_line("session_meta", {"id": SID, "model_provider": "openai"}),
+             codex_line("turn_context", {"model": "gpt-5.1-codex"}),
+             orjson.dumps(bad) + b"\n", token_count((250, 140, 30), (150, 100, 20))]
+    key = parse_session_path(CODEX_REL)
+    assert key is not None
+    audit = audit_session(key, lines)
+    (finding,) = audit.findings
+    assert (finding.code.text, finding.line) == ("bad_field", 3)
+    assert finding.detail == (f"payload.info.{where}.cached_input_tokens is a string, not "
+                              "a token count (an integer from 0 to 2^63 - 1): read as absent")
+    # Two requests; the one with the bad count is not priced.
+    assert audit.row["requests"] == 2 and usage_sums(audit) == (50, 20, 100, 0)
+
+
 def test_a_torn_tail_and_a_damaged_line_are_reported_on_their_lines() -> None:
     lines = [codex_line("session_meta", {"id": SID}), b'{"timestamp": "x", "ty\n',
              codex_line("turn_context", {"model": "gpt-5.1-codex"}), b'{"timestamp": "2026-']
@@ -440,6 +460,31 @@ def test_a_claude_code_file_opening_with_a_metadata_line_is_claude_code(kind: st
     audit = audit_session(key, lines)
     assert audit.row["source"] == "claude-code" and audit.row["status"] == "ok"
     assert audit.findings == [] and audit.row["requests"] == 1
+
+
+@pytest.mark.parametrize("bad", ["100", 1.5, True, -1, 2**63, [5]])
+def test_a_claude_code_count_of_another_kind_is_a_finding_and_its_request_unpriced(
+    bad: Any
+) -> None:
+    # As a vak usage is read (docs/audit.md, bad_field); it was read as 0, silently.
+    def assistant(uuid: str, parent: str, n: int, usage: dict[str, Any]) -> bytes:
+        return claude_line(uuid, parent, type="assistant", requestId=f"r{n}", message={
+            "id": f"m{n}", "role": "assistant", "model": "claude-opus-4-6",
+            "content": [{"type": "text", "text": "hi"}], "usage": usage})
+
+    lines = [claude_line("u1", None),
+             assistant("a1", "u1", 1, {"input_tokens": bad, "output_tokens": 2}),
+             assistant("a2", "a1", 2, {"input_tokens": 7, "output_tokens": None})]
+    key = parse_session_path("projects/-w/s1.jsonl")
+    assert key is not None
+    audit = audit_session(key, lines)
+    (finding,) = audit.findings
+    assert (finding.code.text, finding.line) == ("bad_field", 2)
+    assert finding.detail.startswith("meta.usage.input_tokens is ")
+    assert audit.row["status"] == "warning" and audit.row["requests"] == 2
+    # The other request is priced (a null count reads as 0); the bad one is not.
+    rows = usage_table([audit]).to_pylist()
+    assert [(r["input_tokens"], r["output_tokens"]) for r in rows] == [(7, 0)]
 
 
 def test_an_unknown_line_type_with_a_uuid_is_activity_never_damaged() -> None:
