@@ -15,6 +15,10 @@ EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE, EXIT_PARTIAL = 0, 1, 2, 3
 #: ``vakpipe cost --budgets``: a budget's spend is over its limit (before partial: spend
 #: read from a partial run is a lower bound, so a breach it shows is real).
 EXIT_BUDGET = 4
+#: Standard output closed before the command wrote all of it (a reader that stopped
+#: early: ``vakpipe cost OUT | head``): 128 + SIGPIPE, what a Unix tool killed by the
+#: signal exits with. click's own handling exits 1, which is ``--fail-on``'s code here.
+EXIT_PIPE_CLOSED = 141
 
 
 def exit_on(fail_on: str | None, summary: RunSummary) -> None:

@@ -5,12 +5,13 @@ The command modules define plain click commands; :mod:`pipeline.cli` adds them h
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 import click
 
-from pipeline.cli._exits import EXIT_UNUSABLE
+from pipeline.cli._exits import EXIT_PIPE_CLOSED, EXIT_UNUSABLE
 from pipeline.cli._options import DEFAULT_HEARTBEAT_S
 from pipeline.cli._output import error_document
 from pipeline.errors import PipelineError
@@ -44,6 +45,21 @@ class _Commands(click.Group):
         except lifecycle.Interrupted as stop:
             click.echo(stop.line(), err=True)
             sys.exit(stop.exit_code)
+        except BrokenPipeError:
+            _reader_gone()
+
+
+def _reader_gone() -> None:
+    """Exit :data:`~pipeline.cli._exits.EXIT_PIPE_CLOSED`, quietly, once standard output's
+    reader has gone: what the command committed is committed (a run's summary is
+    printed after its commit), and nothing is left to say to it. Standard output points
+    at the null device first, so the interpreter's flush at exit raises nothing."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    finally:
+        os.close(null)
+    sys.exit(EXIT_PIPE_CLOSED)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,12 +22,13 @@ import s3fs
 from click.testing import CliRunner
 
 from pipeline.cli import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE, main, run
+from pipeline.cli._exits import EXIT_PIPE_CLOSED
 from pipeline.io.commit import read_dataset, read_manifest
 from pipeline.io.storage import Location, resolve
 from pipeline.synth.fleet import write_fleet
 from pipeline.synth.generator import generate_fleet, ground_truth
 from pipeline.synth.local_s3 import CREDENTIALS, LocalS3, free_port, local_s3
-from tests.helpers.storage import BUCKET, plain_rows, run_vakpipe
+from tests.helpers.storage import BUCKET, plain_rows, run_vakpipe, vakpipe_exe
 
 ARCHIVE = f"s3://{BUCKET}/archive"
 
@@ -352,6 +354,31 @@ def test_storage_options_instead_of_environment(s3: LocalS3, tmp_path: Path) -> 
     assert done.returncode == EXIT_OK, done.stderr
     rows = plain_rows(read_dataset(resolve(str(out)), "integrity/sessions"))
     assert len(rows) == 6 and all(r["lines"] for r in rows)  # the workers read them too
+
+
+@pytest.mark.parametrize("command", [["plugins"], ["cost", "OUT"], ["cost", "OUT", "--json"]])
+def test_a_reader_that_stops_early_ends_the_command_quietly(
+    command: list[str], tmp_path: Path
+) -> None:
+    # `vakpipe cost OUT | head`: 141 (128 + SIGPIPE, as a Unix tool killed by it), no
+    # traceback, no error; click's own handling exited 1, --fail-on's code.
+    out = tmp_path / "OUT"
+    if "OUT" in command:
+        write_fleet(resolve(str(tmp_path / "ROOT")), sessions=3, seed=1)
+        assert run(["audit", str(tmp_path / "ROOT"), "--out", str(out), "--no-progress"]) \
+            == EXIT_OK
+    args = [str(out) if arg == "OUT" else arg for arg in command]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes a byte
+    try:
+        done = subprocess.run([vakpipe_exe(), *args], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=300, check=False)
+    finally:
+        os.close(write)
+    assert done.returncode == EXIT_PIPE_CLOSED
+    # (with --json the human text goes to stderr, as always)
+    assert "Error" not in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr == "" or "--json" in command
 
 
 def test_version_and_help() -> None:
