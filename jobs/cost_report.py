@@ -126,8 +126,9 @@ def usage_run(out: Location) -> tuple[CommittedRun, pa.Table]:
     try:
         run = open_run(out)
         if run is None:
+            missing = "" if out.filesystem().exists(out.path) else "nothing is there, so "
             raise UsageError(
-                f"{out.url}: no committed run (an output of `vakpipe audit --out` or "
+                f"{out.url}: {missing}no committed run (an output of `vakpipe audit --out` or "
                 f"`vakpipe nightly --out`); an archive is audited first: `vakpipe audit "
                 f"{out.url} --out OUT`, or audited and priced in one step: `vakpipe cost "
                 f"{out.url} --out OUT`")

@@ -98,8 +98,10 @@ def _runs(out: Location) -> list[tuple[str, CommittedRun]]:
                 runs.append((day, night))
     if not runs:
         check_named_night(out)
-        raise UsageError(f"{out.url}: no committed run and no nightly partition (date=…) "
-                         "with one; run `vakpipe audit` or `vakpipe nightly` into it first")
+        missing = "" if out.filesystem().exists(out.path) else "nothing is there, so "
+        raise UsageError(f"{out.url}: {missing}no committed run and no nightly partition "
+                         "(date=…) with one; run `vakpipe audit` or `vakpipe nightly` into it "
+                         "first")
     return runs
 
 

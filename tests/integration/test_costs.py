@@ -401,7 +401,11 @@ def test_cost_of_a_folder_without_a_run_is_a_one_line_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["cost", str(tmp_path)]) == EXIT_UNUSABLE
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "no committed run" in err
+    assert err.count("\n") == 1 and f"{tmp_path}: no committed run" in err
+    # a path with nothing at all (a typo) says so
+    assert run(["cost", str(tmp_path / "typo")]) == EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "typo: nothing is there, so no committed run" in err
 
 
 def test_cost_of_a_run_without_a_usage_table_is_a_one_line_error(

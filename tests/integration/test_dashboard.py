@@ -112,7 +112,9 @@ def test_one_run_and_the_default_place(nightly: Path, tmp_path: Path) -> None:
     empty.mkdir()
     done = vakpipe("dashboard", str(empty))
     assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "no committed run" in done.stderr
+    assert done.stderr.count("\n") == 1 and "empty: no committed run" in done.stderr
+    done = vakpipe("dashboard", str(tmp_path / "typo"))  # nothing at all there
+    assert done.returncode == 2 and "typo: nothing is there, so no committed run" in done.stderr
 
 
 def test_cost_and_export_of_a_nightly_output_read_its_newest_night(nightly: Path,
