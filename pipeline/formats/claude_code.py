@@ -47,11 +47,12 @@ from pipeline.formats.base import (
     text,
 )
 from pipeline.ledger import kernel
+from pipeline.ledger.entry import usage_of
 from pipeline.ledger.kernel import parse_object
 from pipeline.ledger.layout import CLAUDE_CODE
 from pipeline.ledger.reader import Entry, LineStats, lazy_entry
 from pipeline.ledger.redact import quote
-from pipeline.ledger.types import MAX_TOKEN_COUNT, Code, Finding, token_count
+from pipeline.ledger.types import Code, Finding
 
 #: Line types of a Claude Code transcript known when this was written; any other type
 #: (``custom-title``, ``mode``, ...: a new version adds some) is read as activity.
@@ -71,27 +72,21 @@ def _blocks(content: Any) -> list[Any]:
 
 
 def _usage(usage: Any) -> dict[str, Any] | None:
-    """A request's ``usage`` as vak's ``meta.usage``: its four counts (absent or null:
-    0); ``None`` when it is no object. A count present as anything but a token count (a
-    string, a float, a bool, a negative or too large integer) leaves the object as it
-    is, which the audit refuses as it refuses vak's: a ``bad_field`` finding naming the
-    count, and the request without usage, so unpriced (ccusage skips such a line). It
-    was read as 0, silently."""
+    """A request's ``usage`` as vak's ``meta.usage``: its four counts as
+    :func:`~pipeline.ledger.entry.usage_of` reads them (absent or null: 0); ``None``
+    when it is no object. A count present as anything but a token count (a string, a
+    float, a bool, a negative or too large integer) leaves the object as it is, which
+    the audit refuses as it refuses vak's: a ``bad_field`` finding naming the count, and
+    the request without usage, so unpriced (ccusage skips such a line). It was read as
+    0, silently."""
     if type(usage) is not dict:
         return None
-    # Once per assistant line: the usual in-range integers (absent: 0) in one test.
-    get = usage.get
-    i, o = get("input_tokens", 0), get("output_tokens", 0)
-    r, c = get("cache_read_input_tokens", 0), get("cache_creation_input_tokens", 0)
-    if (type(i) is int and type(o) is int and type(r) is int and type(c) is int
-            and 0 <= i <= MAX_TOKEN_COUNT and 0 <= o <= MAX_TOKEN_COUNT
-            and 0 <= r <= MAX_TOKEN_COUNT and 0 <= c <= MAX_TOKEN_COUNT):
-        return {"input_tokens": i, "output_tokens": o, "cache_read_input_tokens": r,
-                "cache_creation_input_tokens": c}
-    if any(v is not None and token_count(v) is None for v in (i, o, r, c)):
+    counts = usage_of(usage)
+    if counts is None:
         return usage
-    return {"input_tokens": i or 0, "output_tokens": o or 0, "cache_read_input_tokens": r or 0,
-            "cache_creation_input_tokens": c or 0}
+    i, o, r, c = counts
+    return {"input_tokens": i, "output_tokens": o, "cache_read_input_tokens": r,
+            "cache_creation_input_tokens": c}
 
 
 def _hour_writes(usage: Any) -> int | None:
