@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +43,7 @@ from pipeline.replay.regress import (
     compare_requests,
     summarise,
 )
-from pipeline.run.orchestrate import RunSummary, dask_client, run_audit, scheduler_address
+from pipeline.run.orchestrate import RunSummary, SharedCluster, run_audit
 from pipeline.run.replay_batches import ReplayOptions
 from pipeline.tables.partial import InputRun
 
@@ -128,19 +127,6 @@ def _rules_of(requests: pa.Table) -> str:
     return ",".join(sorted(names)) or "?"
 
 
-@contextmanager
-def _one_cluster(root: Location, out: Location, scheduler: str | None,
-                 workers: int | None) -> Iterator[str | None]:
-    """The scheduler both replays join: the one given, else one LocalCluster for both
-    (each run would start its own, seconds each). memory:// runs on threads in this
-    process, which each run starts itself."""
-    if scheduler_address(scheduler) is not None or "memory" in (root.protocol, out.protocol):
-        yield scheduler
-        return
-    with dask_client(None, workers) as client:
-        yield str(client.scheduler_info()["address"])
-
-
 def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
                    baseline: ReplayOptions | None = None, baseline_run: Location | None = None,
                    thresholds: Thresholds | None = None,
@@ -171,8 +157,9 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
         Only the sessions with these ids (file stems); a baseline run is cut to them.
     scheduler, workers, progress, max_line_bytes:
         As for :func:`pipeline.run.orchestrate.run_audit` (both replays read through the
-        same line limit); without a scheduler, both replays
-        share one LocalCluster.
+        same line limit); without a scheduler, both replays share one LocalCluster,
+        started only when the first replay needs one (a small archive runs in this
+        process, as an audit does).
 
     Raises
     ------
@@ -203,10 +190,10 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
     else:
         inputs = []
     runs: list[RunSummary] = []
-    with _one_cluster(root, out, scheduler, workers) as address:
-        replay_into = functools.partial(run_audit, root, scheduler=address, workers=workers,
+    with SharedCluster() as cluster:
+        replay_into = functools.partial(run_audit, root, scheduler=scheduler, workers=workers,
                                         progress=progress, sessions=sessions,
-                                        max_line_bytes=max_line_bytes)
+                                        max_line_bytes=max_line_bytes, cluster=cluster)
         if baseline is not None:
             runs.append(replay_into(base_loc, replay=baseline))
         runs.append(replay_into(cand_loc, replay=candidate))

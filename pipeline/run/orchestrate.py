@@ -24,7 +24,7 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -493,13 +493,39 @@ def runs_in_process(listing: Listing, scheduler: str | None, workers: int | None
             and len(listing.sessions) <= LOCAL_MAX_SESSIONS * factor)
 
 
+class SharedCluster:
+    """One LocalCluster for the runs of one command (a regression check's two replays),
+    started by the first run that needs a cluster and closed with this context: a second
+    cluster would cost seconds, and runs small enough for this process start none.
+
+    The first run's worker count decides its size.
+    """
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+        self._client: Client | None = None
+
+    def client(self, workers: int | None) -> Client:
+        """The cluster's client, the cluster started on the first call."""
+        if self._client is None:
+            self._client = self._stack.enter_context(dask_client(None, workers))
+        return self._client
+
+    def __enter__(self) -> SharedCluster:
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        return bool(self._stack.__exit__(*exc))
+
+
 @contextmanager
 def executor_for(listing: Listing, scheduler: str | None = None, workers: int | None = None,
                  threads: bool = False, replays: bool = True,
-                 local: bool = False) -> Iterator[Executor]:
+                 local: bool = False, cluster: SharedCluster | None = None) -> Iterator[Executor]:
     """The executor a run of ``listing`` uses (see :func:`runs_in_process`, ``local``: an
     archive in a folder or in memory); ``threads`` (memory://) makes a LocalCluster's
-    workers threads of this process."""
+    workers threads of this process; ``cluster`` is the LocalCluster to use (or start)
+    when the run needs one and no scheduler is given."""
     if runs_in_process(listing, scheduler, workers, replays, local):
         yield LocalExecutor()
         return
@@ -507,6 +533,9 @@ def executor_for(listing: Listing, scheduler: str | None = None, workers: int | 
         # A worker beyond the sessions would get no task: `--workers 100` over 20
         # sessions started 100 processes (a minute here) for 20 to work.
         workers = min(workers, max(1, len(listing.sessions)))
+    if cluster is not None and not threads and not scheduler_address(scheduler):
+        yield DaskExecutor(cluster.client(workers))
+        return
     with dask_client(scheduler, workers, processes=not threads) as client:
         yield DaskExecutor(client)
 
@@ -919,6 +948,7 @@ def run_audit(
     replay: ReplayOptions | None = None,
     sessions: frozenset[str] | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
+    cluster: SharedCluster | None = None,
 ) -> RunSummary:
     """Audit every session under ``root`` and commit the integrity tables under ``out``.
 
@@ -940,6 +970,9 @@ def run_audit(
     max_line_bytes:
         The longest line read (``--max-line-bytes``), by the audit and the replay; a
         longer one is reported, never read into memory.
+    cluster:
+        The LocalCluster this run shares with other runs of the command, used (started
+        when none is yet) only when the run needs a cluster and no scheduler is given.
 
     Returns
     -------
@@ -954,7 +987,7 @@ def run_audit(
                          listing.total_bytes, listing.skipped, archive=root.absolute_url)
     return execute_run(root, out, listing, summary, scheduler=scheduler, workers=workers,
                        progress=progress, replay=replay, in_process=in_process,
-                       max_line_bytes=max_line_bytes)
+                       max_line_bytes=max_line_bytes, cluster=cluster)
 
 
 def check_locations(root: Location, out: Location, scheduler: str | None) -> bool:
@@ -1027,13 +1060,15 @@ def execute_run(
     previous: Mapping[str, Checkpoint | None] | None = None,
     before_commit: Callable[[StagedRun], None] | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
+    cluster: SharedCluster | None = None,
 ) -> RunSummary:
     """Run the tasks of ``listing`` and commit everything under ``out`` in one commit.
 
     ``previous`` (a nightly run) checks each object against its checkpoint and adds the
     ``checkpoints`` table; ``before_commit`` may stage more parts (rows carried
-    forward) once every task is in. The run's context (its id, ``max_line_bytes``, the
-    staging folder of compacted copies) is built here once and shipped with every task.
+    forward) once every task is in; ``cluster`` as for :func:`run_audit`. The run's
+    context (its id, ``max_line_bytes``, the staging folder of compacted copies) is built
+    here once and shipped with every task.
     """
     schemas = {**DATASETS, **(REPLAY_DATASETS if replay is not None else {}),
                **(COMPACTION_DATASETS if replay is not None and replay.compaction else {}),
@@ -1064,7 +1099,7 @@ def execute_run(
         if listing.sessions:
             with executor_for(listing, scheduler, workers, threads=in_process,
                               replays=replay is not None,
-                              local=not reads_over_network(root)) as run:
+                              local=not reads_over_network(root), cluster=cluster) as run:
                 if isinstance(run, DaskExecutor):
                     # The workers read with filesystems of their own: what this process's
                     # s3fs cached of the listing (~1.4 KiB a session, 1.35 GiB at 10^6)
