@@ -555,6 +555,12 @@ def storage_error(err: BaseException, url: str) -> StorageError:
         return type(err)(*err.args)
     text = str(err).splitlines()[0] if str(err) else type(err).__name__
     name = type(err).__name__
+    if isinstance(err, NotADirectoryError):
+        # A file given as --out, or as the run a report reads: the path it names is not
+        # the one given but a name under it.
+        return StorageError(f"{url}: a file where a folder is needed ({text})")
+    if isinstance(err, IsADirectoryError):
+        return StorageError(f"{url}: a folder where a file is needed ({text})")
     if isinstance(err, FileNotFoundError) or "NoSuchBucket" in text:
         return StorageError(f"{url}: no such bucket or path ({text})")
     if isinstance(err, PermissionError) or any(

@@ -102,6 +102,14 @@ def test_2_an_output_that_takes_no_write(fleet: Path, tmp_path: Path) -> None:
     blocker.write_text("not a folder")
     line = one_error_line(vakpipe("audit", str(fleet), "--out", str(blocker / "out")))
     assert str(blocker) in line
+    # a file as OUT, or as the run a report reads, is named as what it is
+    for args in (["audit", str(fleet), "--out", str(blocker), "--no-progress"],
+                 ["cost", str(blocker)],
+                 ["dashboard", str(blocker), "--html", str(tmp_path / "d.html")]):
+        line = one_error_line(subprocess.run([vakpipe_exe(), *args], capture_output=True,
+                                             text=True, timeout=120, check=False))
+        assert line.startswith(f"vakpipe: error: {blocker}: a file where a folder is needed")
+    assert blocker.read_text() == "not a folder"
 
 
 def test_2_a_corrupt_manifest_names_the_way_past_it_each_command_has(

@@ -547,6 +547,10 @@ def test_only_other_objects_is_empty_input(memfs: fsspec.AbstractFileSystem) -> 
      "s3://b/k: no such bucket or path"),
     (EndpointConnectionError(endpoint_url="http://127.0.0.1:9"),
      "s3://b/k: storage endpoint unreachable"),
+    (NotADirectoryError(20, "Not a directory", "/o/_staging"),
+     "s3://b/k: a file where a folder is needed ([Errno 20] Not a directory: '/o/_staging')"),
+    (IsADirectoryError(21, "Is a directory", "/o/x.html"),
+     "s3://b/k: a folder where a file is needed"),
     (OSError(), "s3://b/k: storage error: OSError: OSError"),
     (TimeoutError("read timed out"), "s3://b/k: storage error: TimeoutError: read timed out"),
 ])
