@@ -673,6 +673,16 @@ def enumerate_sessions(root: Location) -> Listing:
         relative = full_path[len(prefix):] if full_path.startswith(prefix) else full_path
         if single:
             relative = posixpath.basename(full_path)
+        if not _utf8(relative):
+            # A local name of bytes that are not UTF-8 (object stores' keys always are):
+            # the tables' strings cannot hold it, and a name rewritten to fit would no
+            # longer name the object. Skipped and counted, as a key no layout takes.
+            if single:
+                raise EmptyInputError(
+                    f"{printable(root.url)}: a file name that is not UTF-8; a session is "
+                    "named in the tables by its file name, in UTF-8: give it a UTF-8 name")
+            skipped.append(relative)
+            continue
         member = None if single else segment_member(relative)
         if member is not None and info.get("type", "file") == "file" \
                 and not _dangling_link(root, full_path, info):
@@ -721,6 +731,15 @@ def enumerate_sessions(root: Location) -> Listing:
     sessions = _mark_orphans(sessions)
     sessions.sort()
     return Listing(sessions, len(skipped), tuple(sorted(skipped)[:5]))
+
+
+def _utf8(name: str) -> bool:
+    """Whether ``name`` is text, not a local name's undecodable bytes (lone surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _single_file(root: Location, found: dict[str, Any]) -> bool:

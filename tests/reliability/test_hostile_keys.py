@@ -22,7 +22,7 @@ import pytest
 import s3fs
 
 from pipeline.cli import EXIT_OK, EXIT_UNUSABLE, run
-from pipeline.errors import OutputInsideArchiveError
+from pipeline.errors import EmptyInputError, OutputInsideArchiveError
 from pipeline.io.commit import read_manifest
 from pipeline.io.storage import check_output, enumerate_sessions, printable, resolve
 from pipeline.synth.generator import generate_session
@@ -186,6 +186,45 @@ def test_local_hostile_names_and_links_out_of_the_root_are_skipped(
         rows += committed_rows(out, dataset)
     assert "SECRET-OUTSIDE" not in repr(rows)  # the linked ledgers were never read
     assert {r["session_path"] for r in rows} == set(kept)
+
+
+def test_local_names_that_are_not_utf8_are_skipped_and_the_run_finishes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A local disk's name may be any bytes (object stores' keys are UTF-8): one that is
+    not UTF-8 (a Latin-1 folder copied from an old machine) cannot be a session_path, so
+    it is skipped and counted as a key no layout takes. It crashed the run's table
+    building with "surrogates not allowed"; in a flat folder, its sniffing too."""
+    root = tmp_path / "archive"
+    good = f"agents/vak/sessions/{H}/plain.jsonl"
+    bad = [os.fsdecode(b"agents/vak/sessions/" + H.encode() + b"/caf\xe9.jsonl"),
+           os.fsdecode(b"agents/vak/sessions/d\xe9j\xe0/s.jsonl"),
+           os.fsdecode(b"notes-\xff.txt")]
+    for key in (good, *bad):
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_bytes(session_bytes(3))
+    listing = enumerate_sessions(resolve(str(root)))
+    assert [s.key.path for s in listing.sessions] == [good] and listing.skipped == 3
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert run(["audit", str(root), "--out", str(out), "--workers", "0",
+                "--no-progress"]) == EXIT_OK
+    said = capsys.readouterr().out
+    assert only_plain_ascii(said) and "caf\\udce9.jsonl" in said, said
+    assert {r["session_path"] for r in committed_rows(out, "integrity/sessions")} == {good}
+    manifest = read_manifest(resolve(str(out)))
+    assert manifest is not None and manifest["skipped_objects"] == 3
+    # A flat folder of ledgers (no layout): the one with such a name is skipped unread.
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "a.jsonl").write_bytes(session_bytes(4))
+    (flat / os.fsdecode(b"\xe9t\xe9.jsonl")).write_bytes(session_bytes(5))
+    listing = enumerate_sessions(resolve(str(flat)))
+    assert [s.full_path for s in listing.sessions] == [str(flat / "a.jsonl")]
+    assert listing.skipped == 1
+    # Given as the root itself: said so, not "no session ledgers found".
+    with pytest.raises(EmptyInputError, match=r"\\udce9\.jsonl: a file name that is not UTF-8"):
+        enumerate_sessions(resolve(str(flat / os.fsdecode(b"\xe9t\xe9.jsonl"))))
 
 
 # --- outputs through symbolic links -------------------------------------------------------
