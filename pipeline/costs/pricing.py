@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # imported when a table is built: a second of import the audi
 from pipeline import plugins
 from pipeline.errors import PluginError, UsageError
 from pipeline.ledger.entry import Usage, input_and_output, usage_of
-from pipeline.replay.catalog import load_rule_file, name_matches
+from pipeline.replay.catalog import load_rule_file, name_matches, only_keys
 
 # Wide enough that no product or sum of ledger-sized counts is ever rounded; a fixed
 # context also keeps results independent of the caller's thread-local decimal context.
@@ -632,13 +632,6 @@ def _rates(entry: Mapping[str, Any], where: str) -> Rates:
     return Rates(inp, out, read, write, hour)
 
 
-def _only(entry: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
-    # A misspelt optional key (cache_raed) would otherwise silently price at input.
-    extra = sorted(set(entry) - allowed)
-    if extra:
-        raise ValueError(f"unknown key '{where}{extra[0]}' (expected {', '.join(sorted(allowed))})")
-
-
 def _name(entry: Mapping[str, Any], key: str) -> str:
     v = _get(entry, key, "")
     if not isinstance(v, str) or not v:
@@ -647,7 +640,7 @@ def _name(entry: Mapping[str, Any], key: str) -> str:
 
 
 def _price_rule(entry: Mapping[str, Any]) -> Price:
-    _only(entry, _RULE_KEYS, "")
+    only_keys(entry, _RULE_KEYS)
     base = _rates(entry, "")
     tier = None
     if "tier" in entry:
@@ -672,7 +665,7 @@ def _rates_above(entry: Mapping[str, Any], key: str, allowed: frozenset[str], ba
     table = entry[key]
     if not isinstance(table, dict):
         raise ValueError(f"key '{key}' must be a table, got {table!r}")
-    _only(table, allowed, f"{key}.")
+    only_keys(table, allowed, f"{key}.")
     rates = _rates(table, f"{key}.")
     for k in (*_RATES, "cache_write_1h"):
         mine, standard = _rate_of(rates, k), _rate_of(base, k)

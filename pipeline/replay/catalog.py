@@ -165,12 +165,42 @@ def load_rule_file(resource: str, table: str, parse: Callable[[Mapping[str, Any]
             user = tomllib.loads(Path(override).read_text("utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
             raise UsageError(f"cannot read {what} {override}: {err}") from err
-        rules = _parse_rules(user, table, parse, str(override)) + rules
+        # A misspelt table ([models.x], [[modle]]) would otherwise be read as no rule at
+        # all: every request priced or sized as if the file had not been given.
+        try:
+            only_keys(user, frozenset(shipped) | {table})
+        except ValueError as err:
+            raise UsageError(f"{override}: {err}") from err
+        own = _parse_rules(user, table, parse, str(override))
+        if not own:
+            raise UsageError(f"{override}: no [[{table}]] rule; a {what} of your own holds "
+                             f"[[{table}]] tables, tried before vakpipe's")
+        rules = own + rules
         version = f"{version}+{Path(override).name}"
     return RuleFile(rules, version, shipped)
 
 
+def only_keys(entry: Mapping[str, Any], allowed: frozenset[str], where: str = "") -> None:
+    """Refuse a key of ``entry`` outside ``allowed`` (``where``: the table's dotted name
+    and a dot, for the message).
+
+    Raises
+    ------
+    ValueError
+        The first unknown key, named with the keys expected.
+    """
+    # A misspelt optional key (cache_raed, output_reserv) would otherwise be read as
+    # absent: its default, silently.
+    extra = sorted(set(entry) - allowed)
+    if extra:
+        raise ValueError(f"unknown key '{where}{extra[0]}' (expected {', '.join(sorted(allowed))})")
+
+
+_MODEL_RULE_KEYS = frozenset({"pattern", "input_limit", "output_reserve", "tokenizer"})
+
+
 def _model_rule(entry: Mapping[str, Any]) -> ModelRule:
+    only_keys(entry, _MODEL_RULE_KEYS)
     return ModelRule(str(entry["pattern"]), int(entry["input_limit"]),
                      int(entry.get("output_reserve", 0)),
                      str(entry.get("tokenizer", "cl100k_base")))

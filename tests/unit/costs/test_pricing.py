@@ -198,6 +198,11 @@ _GOOD = 'provider = "p"\npattern = "m"\ninput = 3\noutput = 15\n'
     (f'[[model]]\n{_GOOD}cache_write_1h = 6\n[model.fast]\ninput = 6\noutput = 30\n'
      'cache_write_1h = 5\n', "'fast.cache_write_1h'"),
     ("model = 3\n", "'model'"),
+    # a misspelt table or an empty file: read as no rule, silently, until 2026-12-07
+    ('[models.x]\ninput = 1\n', "unknown key 'models'"),
+    ('version = "mine"\n[[modle]]\npattern = "x"\n', "unknown key 'modle'"),
+    ('as_of = 2026-01-01\n', "no [[model]] rule"),
+    ("", "no [[model]] rule"),
     ("model = [1]\n", "#1"),
     ("not toml [", "cannot read price table"),
 ])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -208,14 +209,24 @@ def test_catalog_lookup_and_override(tmp_path: Any) -> None:
     assert cat.with_window(128_000).lookup("anything-at-all") is not None
 
 
-@pytest.mark.parametrize("bad", ["[[model]]\npattern = 1\n", "not toml ["])
-def test_catalog_override_errors_are_usage_errors(tmp_path: Any, bad: str) -> None:
+@pytest.mark.parametrize(("bad", "names"), [
+    ("[[model]]\npattern = 1\n", "[[model]] #1"),
+    ("not toml [", "cannot read model catalog"),
+    # misspelt: read as no rule or as the default, silently, until 2026-12-07
+    ('[[model]]\npattern = "x"\ninput_limit = 1\noutput_reserv = 5\n', "'output_reserv'"),
+    ('[models.x]\ninput_limit = 1\n', "unknown key 'models'"),
+    ('version = "mine"\n', "no [[model]] rule"),
+    ("", "no [[model]] rule"),
+])
+def test_catalog_override_errors_are_usage_errors(tmp_path: Any, bad: str,
+                                                  names: str) -> None:
     from pipeline.errors import UsageError
 
     f = tmp_path / "bad.toml"
     f.write_text(bad)
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match=re.escape(names)) as info:
         load_catalog(f).lookup("x")
+    assert str(info.value).startswith(("bad.toml", str(f), "cannot read")), info.value
 
 
 def test_turn_runs_speak_the_scope_grammar() -> None:
