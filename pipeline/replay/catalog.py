@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pipeline.errors import UsageError
+from pipeline.replay.tokens import OFFLINE_ENCODINGS
 
 R = TypeVar("R")
 
@@ -199,11 +200,25 @@ def only_keys(entry: Mapping[str, Any], allowed: frozenset[str], where: str = ""
 _MODEL_RULE_KEYS = frozenset({"pattern", "input_limit", "output_reserve", "tokenizer"})
 
 
+def _count(entry: Mapping[str, Any], key: str, least: int) -> int:
+    value = entry[key]
+    # int() would take 1.5 as 1 and true as 1; a window of 0 has no utilization.
+    if type(value) is not int or value < least:
+        raise ValueError(f"key '{key}' must be an integer of at least {least:,}, "
+                         f"got {value!r}")
+    return value
+
+
 def _model_rule(entry: Mapping[str, Any]) -> ModelRule:
     only_keys(entry, _MODEL_RULE_KEYS)
-    return ModelRule(str(entry["pattern"]), int(entry["input_limit"]),
-                     int(entry.get("output_reserve", 0)),
-                     str(entry.get("tokenizer", "cl100k_base")))
+    tokenizer = entry.get("tokenizer", "cl100k_base")
+    if tokenizer not in OFFLINE_ENCODINGS:
+        # The replay counts with these only: another name would be read as cl100k_base.
+        raise ValueError(f"key 'tokenizer' must be one the replay counts with "
+                         f"({', '.join(sorted(OFFLINE_ENCODINGS))}), got {tokenizer!r}")
+    return ModelRule(str(entry["pattern"]), _count(entry, "input_limit", 1),
+                     _count(entry, "output_reserve", 0) if "output_reserve" in entry else 0,
+                     tokenizer)
 
 
 def load_catalog(override: str | Path | None = None) -> ModelCatalog:

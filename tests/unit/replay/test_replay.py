@@ -216,6 +216,12 @@ def test_catalog_lookup_and_override(tmp_path: Any) -> None:
     ('[[model]]\npattern = "x"\ninput_limit = 1\noutput_reserv = 5\n', "'output_reserv'"),
     ('[models.x]\ninput_limit = 1\n', "unknown key 'models'"),
     ('version = "mine"\n', "no [[model]] rule"),
+    # read as 1, as a window of nothing, or as cl100k_base
+    ('[[model]]\npattern = "x"\ninput_limit = 1.5\n', "'input_limit' must be an integer"),
+    ('[[model]]\npattern = "x"\ninput_limit = 0\n', "'input_limit' must be an integer"),
+    ('[[model]]\npattern = "x"\ninput_limit = 9\noutput_reserve = -1\n', "'output_reserve'"),
+    ('[[model]]\npattern = "x"\ninput_limit = 9\ntokenizer = "o200k_base"\n',
+     "'tokenizer' must be one the replay counts with (cl100k_base)"),
     ("", "no [[model]] rule"),
 ])
 def test_catalog_override_errors_are_usage_errors(tmp_path: Any, bad: str,
