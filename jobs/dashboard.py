@@ -82,9 +82,7 @@ def _runs(out: Location) -> list[tuple[str, CommittedRun]]:
     try:
         manifest = read_manifest(out)
         if manifest is not None:
-            run_id = str(manifest.get("run_id") or "run")
-            return [(run_id[:8] if run_id[:8].isdigit() else run_id,
-                     CommittedRun(out, manifest))]
+            return [(_run_label(manifest), CommittedRun(out, manifest))]
         runs = [(day, CommittedRun(loc, found))
                 for day, loc, found in committed_partitions(out)]
     except CorruptManifestError as err:
@@ -103,6 +101,17 @@ def _runs(out: Location) -> list[tuple[str, CommittedRun]]:
                          "(date=…) with one; run `vakpipe audit` or `vakpipe nightly` into it "
                          "first")
     return runs
+
+
+def _run_label(manifest: dict[str, Any]) -> str:
+    """A run's point on the page: its night (a nightly partition's ``date``), else the
+    UTC day of its run id (``20261207T...``) as ``2026-12-07``, as the nights are."""
+    night = manifest.get("date")
+    if isinstance(night, str) and night:
+        return night
+    run_id = str(manifest.get("run_id") or "run")
+    day = run_id[:8]
+    return f"{day[:4]}-{day[4:6]}-{day[6:]}" if day.isdigit() and len(day) == 8 else run_id
 
 
 def _integrity(run: CommittedRun) -> tuple[pa.Table, pa.Table] | None:

@@ -106,7 +106,17 @@ def test_one_run_and_the_default_place(nightly: Path, tmp_path: Path) -> None:
     done = vakpipe("dashboard", str(run_out))
     assert done.returncode == 0, done.stderr
     assert (run_out / "dashboard.html").exists()
-    assert "1 night(s), newest 20" in done.stdout  # the run's id (its UTC date) labels it
+    # a nightly partition read as one run is labelled by its night, not by the day it ran
+    assert "1 night(s), newest 2026-12-03:" in done.stdout, done.stdout
+    # a run that is not a night (an audit's): the UTC day of its run id, as nights are
+    # written (it was 20261207)
+    fleet, audit_out = tmp_path / "fleet", tmp_path / "audit"
+    write_fleet(resolve(str(fleet)), sessions=2, seed=5)
+    assert vakpipe("audit", str(fleet), "--out", str(audit_out), "--workers", "0",
+                   "--no-progress").returncode == 0
+    done = vakpipe("dashboard", str(audit_out))
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"1 night\(s\), newest \d{4}-\d\d-\d\d:", done.stdout), done.stdout
     # nothing committed there: one line, exit 2
     empty = tmp_path / "empty"
     empty.mkdir()
