@@ -40,6 +40,10 @@ def print_compaction_summary(summary: RunSummary, *, write_archive: bool = False
     click.echo(f"  compaction: {c['sessions_needing_packets']:,} of {summary.sessions:,} "
                f"sessions need packets; {c['packets']:,} packets planned, "
                f"{c['packets_superseded']:,} superseded by broader ones")
+    if c["transcripts_not_planned"]:
+        click.echo(f"  transcripts: {c['transcripts_not_planned']:,} (Claude Code, Codex) get "
+                   "no plan: their requests cannot be rebuilt, only measured "
+                   "(docs/formats.md)")
     if c["archive_sessions"]:
         click.echo(f"  compacted archive: {c['archive_sessions']:,} ledgers under "
                    f"{summary.out}/archive")

@@ -818,13 +818,19 @@ def ship(result: BatchResult) -> ShippedResult:
         not_read = pc.is_in(f["code"], value_set=pa.array(sorted(NOT_READ_CODES)))
         unread = f.filter(not_read)["session_path"].to_pylist()
     packets = result.extra.get("compaction")
+    compaction = compaction_counts(packets) if packets is not None else {}
+    if packets is not None and t.num_rows and "source" in t.column_names:
+        # Claude Code and Codex transcripts get no plan (docs/formats.md): counted, so
+        # that "0 of 12 sessions need packets" is not read as a verdict on them.
+        compaction["transcripts_not_planned"] = sum(
+            source not in (None, "vak") for source in t["source"].to_pylist())
     tables = {"integrity/sessions": t, "integrity/findings": f, **result.extra}
     return ShippedResult(
         result.index,
         {name: encode_part(table, OUTPUT_DATASETS[name]) for name, table in tables.items()},
         result.files, result.bytes_read, result.statuses, result.codes, severity_codes,
         storages, {status: sorted(paths)[:EXAMPLES] for status, paths in examples.items()},
-        unread, compaction_counts(packets) if packets is not None else {})
+        unread, compaction)
 
 
 def redact_result(result: BatchResult) -> BatchResult:

@@ -204,3 +204,18 @@ def test_show_prints_a_transcript_request(tmp_path: Path, path: Path, scope: str
     assert f"request   {scope} · entry " in out and "rules     reported" in out
     assert "provider-reported" in out and "saturation" in out
     assert "messages  " in out and "[1] user" in out
+
+
+def test_compact_says_transcripts_get_no_plan(tmp_path: Path) -> None:
+    """No compaction is planned for a transcript (docs/formats.md): the summary and the
+    manifest count them, so "0 of N sessions need packets" is not read as a verdict."""
+    out = tmp_path / "out"
+    done = subprocess.run([vakpipe_exe(), "compact", str(REAL), "--out", str(out),
+                           "--window", "20000", "--workers", "0", "--no-progress"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    counts = json.loads((out / "_manifest.json").read_text())["compaction"]
+    sessions = json.loads((out / "_manifest.json").read_text())["sessions"]
+    assert counts["sessions_needing_packets"] == 0 and counts["packets"] == 0
+    assert counts["transcripts_not_planned"] == sessions > 0
+    assert f"transcripts: {sessions:,} (Claude Code, Codex) get no plan" in done.stdout
