@@ -212,7 +212,7 @@ def _count(entry: Mapping[str, Any], key: str, least: int) -> int:
 def _model_rule(entry: Mapping[str, Any]) -> ModelRule:
     only_keys(entry, _MODEL_RULE_KEYS)
     tokenizer = entry.get("tokenizer", "cl100k_base")
-    if tokenizer not in OFFLINE_ENCODINGS:
+    if type(tokenizer) is not str or tokenizer not in OFFLINE_ENCODINGS:
         # The replay counts with these only: another name would be read as cl100k_base.
         raise ValueError(f"key 'tokenizer' must be one the replay counts with "
                          f"({', '.join(sorted(OFFLINE_ENCODINGS))}), got {tokenizer!r}")

@@ -222,6 +222,8 @@ def test_catalog_lookup_and_override(tmp_path: Any) -> None:
     ('[[model]]\npattern = "x"\ninput_limit = 9\noutput_reserve = -1\n', "'output_reserve'"),
     ('[[model]]\npattern = "x"\ninput_limit = 9\ntokenizer = "o200k_base"\n',
      "'tokenizer' must be one the replay counts with (cl100k_base)"),
+    ('[[model]]\npattern = "x"\ninput_limit = 9\ntokenizer = ["cl100k_base"]\n',
+     "got ['cl100k_base']"),
     ("", "no [[model]] rule"),
 ])
 def test_catalog_override_errors_are_usage_errors(tmp_path: Any, bad: str,
