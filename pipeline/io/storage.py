@@ -307,6 +307,10 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None) -> Location
     return location
 
 
+#: s3fs's options that are dicts (a value that is not JSON stays a string).
+_S3_OBJECT_OPTIONS = ("client_kwargs", "config_kwargs", "s3_additional_kwargs")
+
+
 def _make_s3_client(location: Location) -> None:
     """Make ``location``'s S3 client now, as its first request would.
 
@@ -321,6 +325,14 @@ def _make_s3_client(location: Location) -> None:
     Its session parses the timestamps of S3's answers with :func:`_s3_timestamp`: this
     is the command's process, which lists the archive.
     """
+    for name in _S3_OBJECT_OPTIONS:
+        value = location.storage_options.get(name)
+        if value is not None and not isinstance(value, dict):
+            # s3_additional_kwargs is read at every request, not as the client is made:
+            # a string there was a traceback from the listing.
+            raise UsageError(f"{location.url}: the storage option {name} must be a JSON "
+                             f"object ({name}={{\"key\": ...}}), got "
+                             f"{printable(repr(value), 80)}")
     fs = location.filesystem()
     try:
         if fs.session is None:
@@ -331,7 +343,9 @@ def _make_s3_client(location: Location) -> None:
             fs.session.get_component("response_parser_factory").set_parser_defaults(
                 timestamp_parser=_s3_timestamp)
         fs.connect()
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, AttributeError) as err:
+        # AttributeError: an option of the wrong kind that s3fs or botocore calls a method
+        # of (client_kwargs={bad, not JSON, is the string "{bad").
         text = printable(str(err).splitlines()[0] if str(err) else type(err).__name__, 160)
         raise UsageError(f"{location.url}: the storage options (--storage-option, AWS_* "
                          f"variables) do not make an S3 client: {text}") from err

@@ -173,6 +173,11 @@ def test_bad_storage_option(tmp_path: Path) -> None:
     (['client_kwargs={"endpoint_url": "zz"}'], {}, "Invalid endpoint: zz"),
     (["region_name=eu-west-1"], {}, "'region_name'"),  # belongs in client_kwargs
     (["max_concurrency=abc"], {}, "do not fit its filesystem"),
+    # not JSON, so a string: each was a traceback (s3_additional_kwargs at the listing)
+    (["client_kwargs={bad"], {}, "client_kwargs must be a JSON object"),
+    (["config_kwargs=5"], {}, "config_kwargs must be a JSON object"),
+    (["s3_additional_kwargs=x"], {}, "s3_additional_kwargs must be a JSON object"),
+    (['config_kwargs={"retries": 5}'], {}, "do not make an S3 client"),
 ])
 def test_storage_options_botocore_refuses(s3: LocalS3, tmp_path: Path, options: list[str],
                                           env: dict[str, str], named: str) -> None:
