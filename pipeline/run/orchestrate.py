@@ -26,6 +26,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -576,6 +577,7 @@ def dask_client(
             text = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise ClusterError(f"cannot reach the Dask scheduler {address!r}: {text}") from err
         with remote as client:
+            check_workers_code(client, address)
             yield client
         return
     n = workers or local_cores()
@@ -612,6 +614,57 @@ def dask_client(
             # traceback from a nanny whose worker was killed) are not that line's.
             _quiet_scheduler(logging.CRITICAL if stopped else logging.ERROR)
             cluster.close()
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A digest of the vakpipe code this process runs: its version and the source of
+    every module of :mod:`pipeline` (read once, ~5 ms), 16 hex digits."""
+    import hashlib
+
+    import pipeline
+
+    package = Path(pipeline.__file__).parent
+    digest = hashlib.sha256(pipeline.__version__.encode())
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _workers_code_digest() -> str:
+    # What a worker answers: its own module's code_digest (sent by reference, so the
+    # worker imports its own vakpipe to run it).
+    return code_digest()
+
+
+def check_workers_code(client: Client, address: str) -> None:
+    """Refuse a scheduler whose workers run other vakpipe code than this command.
+
+    A laptop's newer vakpipe against a cluster's older image would mix two codes' rows
+    in one run, or fail task by task into a partial run. Checked once, on the workers
+    connected at the time (one call to each).
+
+    Raises
+    ------
+    ClusterError
+        A worker runs other code, or cannot run this check (it lacks the function: an
+        older vakpipe, or none).
+    """
+    ours = code_digest()
+    advice = "install this vakpipe on the workers, or run without --scheduler"
+    try:
+        theirs = client.run(_workers_code_digest)
+    except Exception as err:  # whatever the worker raised: its unpickling, its import
+        text = str(err).splitlines()[0] if str(err) else ""
+        raise ClusterError(f"the workers of {address} cannot run this vakpipe's code "
+                           f"({type(err).__name__}: {printable(text, 120)}): {advice}"
+                           ) from err
+    other = sorted(worker for worker, digest in theirs.items() if digest != ours)
+    if other:
+        raise ClusterError(f"{len(other)} of {len(theirs)} workers of {address} run other "
+                           f"vakpipe code than this command ({other[0]}: "
+                           f"{printable(str(theirs[other[0]]), 40)}, here: {ours}): {advice}")
 
 
 def _quiet_scheduler(level: int = logging.ERROR) -> None:

@@ -31,7 +31,7 @@ from distributed import Client
 from fsspec.implementations.memory import MemoryFileSystem
 
 import pipeline.run.orchestrate as orchestrate
-from pipeline.errors import OutputInsideArchiveError, UsageError
+from pipeline.errors import ClusterError, OutputInsideArchiveError, UsageError
 from pipeline.io.commit import read_dataset, read_manifest
 from pipeline.io.storage import Listing, Location, SessionObject, enumerate_sessions, resolve
 from pipeline.ledger.layout import SessionKey
@@ -584,6 +584,30 @@ def test_a_task_ships_its_tables_encoded_and_the_summary_read(
         status: sorted(r["session_path"] for r in whole if r["status"] == status)[:examples]
         for status in {r["status"] for r in whole}}
     assert sum(summary.statuses.values()) == len(batch)
+
+
+def test_a_scheduler_whose_workers_run_other_vakpipe_code_is_refused(
+    scheduler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session cluster's workers run this checkout; the command is made to run
+    "another" (its digest patched here only): refused at connect, one line."""
+    assert orchestrate.code_digest() == orchestrate.code_digest()  # cached, same
+    with orchestrate.dask_client(scheduler) as client:  # same code: accepted
+        assert set(client.run(orchestrate._workers_code_digest).values()) == {
+            orchestrate.code_digest()}
+    monkeypatch.setattr(orchestrate, "code_digest", lambda: "0" * 16)
+    other = (r"^2 of 2 workers of tcp://\S+ run other vakpipe code than this command "
+             r"\(tcp://\S+: [0-9a-f]{16}, here: 0{16}\): install this vakpipe on the workers")
+    with pytest.raises(ClusterError, match=other), orchestrate.dask_client(scheduler):
+        pass
+
+    def unknown_to_the_workers() -> str:
+        raise ImportError("No module named 'pipeline.run.newer'")
+
+    monkeypatch.setattr(orchestrate, "_workers_code_digest", unknown_to_the_workers)
+    with (pytest.raises(ClusterError, match=r"cannot run this vakpipe's code \(ImportError"),
+          orchestrate.dask_client(scheduler)):
+        pass
 
 
 def test_dask_client_uses_the_configured_temporary_directory(
