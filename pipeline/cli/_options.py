@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from pipeline.errors import UsageError
-from pipeline.io.storage import MAX_LINE_BYTES
+from pipeline.io.storage import LARGEST_LINE_LIMIT, MAX_LINE_BYTES
 
 if TYPE_CHECKING:
     from pipeline.run.replay_batches import ReplayOptions
@@ -174,14 +174,15 @@ class ByteSize(_IntParamType):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> int:
-        """``value`` as a positive number of bytes."""
+        """``value`` as a positive number of bytes, at most :data:`LARGEST_LINE_LIMIT`
+        (a larger one, "no limit" to its user, reads as that: no line is longer)."""
         if isinstance(value, int):
-            return value
+            return min(value, LARGEST_LINE_LIMIT)
         match = _BYTE_SIZE.fullmatch(str(value))
         unit = _BYTE_UNITS.get(match.group(2).lower()) if match else None
         if match is None or unit is None or int(match.group(1)) < 1:
             self.fail(f"{value!r} is not a byte count (e.g. 1048576, 64MiB)", param, ctx)
-        return int(match.group(1)) * unit
+        return min(int(match.group(1)) * unit, LARGEST_LINE_LIMIT)
 
 
 max_line_option = click.option(

@@ -73,6 +73,9 @@ LINE_BUFFER_BYTES = 2**20
 #: one line per entry, and its largest (a tool result, a bound system prompt) stay far
 #: below it.
 MAX_LINE_BYTES = 64 * 2**20
+#: The largest line limit taken: no line is longer, and the readers ask for the limit
+#: plus one byte in a signed 64-bit count (a limit of 2^63 - 1 failed every session).
+LARGEST_LINE_LIMIT = 2**62
 #: Pieces the rest of an over-long line is skipped in.
 SKIP_PIECE_BYTES = 2**20
 T = TypeVar("T")

@@ -295,6 +295,17 @@ def test_a_bad_line_limit_is_exit_2() -> None:
     assert run(["audit", "/nowhere", "--out", "/nowhere-out", "--max-line-bytes", "5TB"]) == 2
 
 
+@pytest.mark.parametrize("limit", ["99999999999999999999", str(2**63 - 1), "9999999GiB"])
+def test_a_line_limit_past_64_bits_reads_as_no_limit(tmp_path: Path, limit: str) -> None:
+    """"No limit" to its user: every session was audit_failed (the readers ask for the
+    limit plus one in a signed 64-bit count); now it reads as LARGEST_LINE_LIMIT."""
+    root = big_line_session(tmp_path / "archive", 3000, chained_to_it=True)
+    out = tmp_path / "out"
+    assert run(["audit", str(root), "--out", str(out), "--workers", "0",
+                "--max-line-bytes", limit, "--no-progress"]) == 0
+    assert read_dataset(resolve(str(out)), "integrity/findings").num_rows == 0
+
+
 # -- what a finding may quote ------------------------------------------------------------
 
 LONG = "Ω" * 5000
