@@ -31,6 +31,10 @@ prices_option = click.option(
     help="Your own price table (TOML), or an installed price-source plug-in "
          "(vakpipe plugins): its rules come first.")
 
+#: ``--window``'s tokens: past 2^62 the tables' 64-bit columns cannot hold the window,
+#: and every request's limit was written null.
+WINDOW = click.IntRange(min=1, max=2**62)
+
 #: Seconds between heartbeat lines when stderr is not a terminal (``--heartbeat``).
 DEFAULT_HEARTBEAT_S = 30.0
 
@@ -40,6 +44,10 @@ def _set_reporter(name: str) -> Callable[[click.Context, click.Parameter, Any], 
         from pipeline.run import lifecycle
 
         reporter = lifecycle.current()
+        if name == "heartbeat" and value != value:
+            # NaN passes FloatRange (no comparison holds), then timed its waits at zero:
+            # ten thousand heartbeat lines in a two-second run.
+            raise click.BadParameter("nan is not a number of seconds", ctx, param)
         if name == "json_lines":
             reporter.json_lines = value == "json"
         elif value is not None:
@@ -74,7 +82,9 @@ session_option = click.option(
 progress_option = _options(
     click.option("--progress/--no-progress", default=None, callback=_set_reporter("progress"),
                  help="Progress bar labelled by stage (default: on a tty)."),
-    click.option("--heartbeat", type=click.FloatRange(min=0), default=DEFAULT_HEARTBEAT_S,
+    # At most a day: past about 3e11 s the waits overflow the platform's time_t.
+    click.option("--heartbeat", type=click.FloatRange(min=0, max=86_400),
+                 default=DEFAULT_HEARTBEAT_S,
                  show_default=True, metavar="SECONDS", expose_value=False,
                  callback=_set_reporter("heartbeat"),
                  help="Without a bar (stderr not a tty): a progress line every SECONDS "
@@ -88,7 +98,7 @@ what_if_options = _options(
                  help="Replay under planner v1's plan instead of the recorded plan in force."),
     click.option("--catalog", "catalog_path", default=None, type=click.Path(dir_okay=False),
                  help="Your own model catalog (TOML); its rules come first."),
-    click.option("--window", type=click.IntRange(min=1), default=None,
+    click.option("--window", type=WINDOW, default=None,
                  help="What-if: give every model this input window."),
 )
 replay_options = _options(

@@ -8,6 +8,7 @@ import click
 
 from pipeline.cli._exits import exit_on
 from pipeline.cli._options import (
+    WINDOW,
     build_replay_options,
     cluster_options,
     force_option,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 @click.command()
 @click.argument("root")
 @click.option("--out", required=True, help="Output location (any fsspec URL or folder).")
-@click.option("--window", type=click.IntRange(min=1), default=None,
+@click.option("--window", type=WINDOW, default=None,
               help="What-if: plan for this input window instead of each session's model.")
 @click.option("--model", "what_if_model", default=None, metavar="NAME",
               help="What-if: plan for this catalog model's capacity.")

@@ -46,7 +46,8 @@ if TYPE_CHECKING:
                    "it read (docs/nightly.md, Delta tables).")
 @click.option("--allow-other-root", is_flag=True,
               help="Accept an archive other than the one the baseline night audited.")
-@click.option("--keep-days", type=click.IntRange(min=0), default=None, metavar="N",
+# At most a century: delta-rs takes the retention in hours as a 64-bit count.
+@click.option("--keep-days", type=click.IntRange(min=0, max=36_500), default=None, metavar="N",
               help="With --format delta: after the commit, expire versions older than N "
                    "days (never the newest).")
 @replay_options

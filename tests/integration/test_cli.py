@@ -160,6 +160,28 @@ def test_an_empty_location_is_refused(command: list[str], tmp_path: Path,
     assert sorted(os.listdir(tmp_path)) == ["ROOT"]
 
 
+@pytest.mark.parametrize(("args", "named"), [
+    # NaN passed the range and timed the heartbeat's waits at zero (10,431 lines in a
+    # two-second audit); inf or 1e308 overflowed them: a traceback from its thread
+    (["audit", "--heartbeat", "nan"], "nan is not a number of seconds"),
+    (["audit", "--heartbeat", "1e308"], "0<=x<=86400"),
+    # past 2^62 a window was written null in every request row
+    (["replay", "--window", str(2**63)], "1<=x<=4611686018427387904"),
+    (["compact", "--window", str(2**63)], "1<=x<=4611686018427387904"),
+    # a traceback from delta-rs after the night's commit
+    (["nightly", "--format", "delta", "--keep-days", "99999999999999999999"], "0<=x<=36500"),
+])
+def test_numbers_past_what_a_run_can_use_are_refused(tmp_path: Path, args: list[str],
+                                                     named: str) -> None:
+    command, *flags = args
+    done = subprocess.run([vakpipe_exe(), command, str(tmp_path / "none"), "--out",
+                           str(tmp_path / "out"), *flags], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == EXIT_UNUSABLE and "Traceback" not in done.stderr, done.stderr
+    assert named in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_storage_option(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["audit", "memory://x", "--out", str(tmp_path),
                                        "--storage-option", "no-equals-sign"])

@@ -219,6 +219,7 @@ def test_catalog_lookup_and_override(tmp_path: Any) -> None:
     # read as 1, as a window of nothing, or as cl100k_base
     ('[[model]]\npattern = "x"\ninput_limit = 1.5\n', "'input_limit' must be an integer"),
     ('[[model]]\npattern = "x"\ninput_limit = 0\n', "'input_limit' must be an integer"),
+    ('[[model]]\npattern = "x"\ninput_limit = 9223372036854775807\n', "from 1 to 2^62"),
     ('[[model]]\npattern = "x"\ninput_limit = 9\noutput_reserve = -1\n', "'output_reserve'"),
     ('[[model]]\npattern = "x"\ninput_limit = 9\ntokenizer = "o200k_base"\n',
      "'tokenizer' must be one the replay counts with (cl100k_base)"),
