@@ -44,7 +44,10 @@ def check_timezone(name: str | None) -> str | None:
         return None
     try:
         ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as err:
+        # Arrow, which computes the days, reads fewer names than zoneinfo takes
+        # (posixrules, posix/..., right/..., Factory): those were a traceback.
+        pc.local_timestamp(pa.array([0], pa.timestamp("s", tz=name)))
+    except (ZoneInfoNotFoundError, ValueError) as err:  # ArrowInvalid is a ValueError
         raise UsageError(f"--timezone {name!r}: not a time zone name (e.g. UTC, "
                          "Europe/Berlin, America/New_York)") from err
     return name
