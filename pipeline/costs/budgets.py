@@ -21,6 +21,7 @@ so far (spend / elapsed × length); a closed period's projection is its spend.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -110,8 +111,11 @@ class BudgetStatus:
 def _number(raw: Any, where: str) -> float | None:
     if raw is None:
         return None
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw < 0:
-        raise BudgetFileError(f"{where}: expected a non-negative number of USD, got {raw!r}")
+    # 0 <= raw also refuses nan (a level no spend is ever over, silently); inf is no
+    # level at all: a budget leaves that level out instead.
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 <= raw < math.inf:
+        raise BudgetFileError(f"{where}: expected a finite non-negative number of USD, "
+                              f"got {raw!r}")
     return float(raw)
 
 

@@ -150,6 +150,9 @@ def test_a_budget_file_parses_and_names_unnamed_budgets() -> None:
     (b"[[budget]]\nperiod = 'day'\nwarn = 3\nlimit = 2\n", "warn \\$3.00 is above limit"),
     (b"[[budget]]\nperiod = 'day'\nlimit = -1\n", "non-negative number"),
     (b"[[budget]]\nperiod = 'day'\nlimit = true\n", "non-negative number"),
+    # nan was a limit never reached, silently; inf a limit that is none
+    (b"[[budget]]\nperiod = 'day'\nlimit = nan\n", "finite non-negative number"),
+    (b"[[budget]]\nperiod = 'day'\nwarn = inf\n", "finite non-negative number"),
     (b"[[budget]]\nperiod = 'day'\nlimit = 1\nteam = 'x'\n", "unknown key"),
     (b"[[budget]]\nname='a'\nperiod = 'day'\nlimit = 1\n[[budget]]\nname='a'\nperiod='month'\n"
      b"limit=2\n", "given twice"),
