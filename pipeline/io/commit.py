@@ -29,6 +29,7 @@ import os
 import posixpath
 import re
 import shutil
+import stat
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -204,7 +205,8 @@ def write_small_file(out: Location, path: str, data: bytes) -> str:
     bytes go to a new temporary name beside it (created exclusively, never through a
     link: ``O_EXCL | O_NOFOLLOW``), then renamed onto ``path``: a reader sees the old
     file or the new one, never half of one, and a file hard-linked there is replaced,
-    never written through. On an object store a single object write is atomic already.
+    never written through; a device, FIFO or socket there is refused, never replaced.
+    On an object store a single object write is atomic already.
     Returns ``path``.
 
     Raises
@@ -224,6 +226,7 @@ def write_small_file(out: Location, path: str, data: bytes) -> str:
             out.check_inside(parent)
         os.makedirs(parent, exist_ok=True)
         out.check_inside(path)  # again: the folders now exist, none may be a link
+        _refuse_special_file(path)
         tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
         try:
@@ -239,6 +242,23 @@ def write_small_file(out: Location, path: str, data: bytes) -> str:
             raise
         raise storage_error(err, out.url) from err
     return path
+
+
+def _refuse_special_file(path: str) -> None:
+    """Refuse to replace a device, a FIFO or a socket: the rename would put a regular
+    file in its place (as root, ``--file /dev/full`` replaced the device node; ``/dev/null``
+    would have gone the same way). A folder is left to the rename, which refuses it."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kind = ("a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+            "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "not a regular file")
+    raise UnsafeOutputError(f"{printable(path)} is {kind}, not a file vakpipe may replace; "
+                            "refused, nothing written there")
 
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

@@ -242,3 +242,36 @@ def test_a_previous_run_s_file_reached_through_a_link_is_never_deleted(
     before = fingerprint(archive)
     refused(audit(archive, out, scheduler), "symbolic link")
     assert fingerprint(archive) == before
+
+
+# --- files a user names (--file, --html) that are not files ------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_a_named_file_that_is_a_fifo_or_a_socket_is_refused_and_kept(
+    archive: Path, tmp_path: Path, kind: str
+) -> None:
+    """The write renames a new file onto the name: a FIFO, a socket or a device there
+    became a regular file (as root, ``--file /dev/full`` replaced the device node; a
+    device is not made here, which needs root). Now refused, the special file kept."""
+    import socket
+    import stat
+
+    out = tmp_path / "out"
+    done = vakpipe("audit", str(archive), "--out", str(out), "--workers", "0", "--no-progress")
+    assert done.returncode == EXIT_OK, done.stderr
+    target = tmp_path / "special"
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(target))
+    try:
+        said = "a FIFO" if kind == "fifo" else "a socket"
+        refused(vakpipe("export", "otel", str(out), "--file", str(target)), said)
+        refused(vakpipe("dashboard", str(out), "--html", str(target)), said)
+        mode = target.lstat().st_mode
+        assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISSOCK(mode)
+    finally:
+        if kind == "socket":
+            server.close()
