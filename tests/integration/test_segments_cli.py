@@ -215,6 +215,7 @@ def test_generated_segment_fleet_matches_its_ground_truth(tmp_path: Path) -> Non
     done = vakpipe("generate", str(archive), "--sessions", "2", "--faults",
                    "--segment-ledgers", "32", "--keys-out", str(keys))
     assert done.returncode == 0, done.stderr
+    assert keys.stat().st_mode & 0o777 == 0o600  # the ledgers' keys: the owner's only
     truth = json.loads((archive / "segment-ground-truth.json").read_text())
     assert len(truth) == 32 and {t["fault"] for t in truth.values()} >= set(SEGMENT_FAULTS)
     done = vakpipe("audit", str(archive), "--out", str(tmp_path / "out"), "--workers", "0",
@@ -269,3 +270,14 @@ def test_regress_reads_sealed_segment_ledgers_with_keys(tmp_path: Path) -> None:
     summary = compared("keys", "--keys", str(tmp_path / "keys.json"))
     assert summary["sessions_compared"] == 2
     assert int(str(summary["requests_compared"])) > 0 and summary["requests_changed"] == 0
+
+
+def test_generate_refuses_a_keys_file_it_cannot_write_before_writing_the_fleet(
+        tmp_path: Path) -> None:
+    archive = tmp_path / "archive"
+    done = vakpipe("generate", str(archive), "--sessions", "1", "--segment-ledgers", "1",
+                   "--keys-out", str(tmp_path / "no-such-folder" / "keys.json"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == (f"vakpipe: error: --keys-out {tmp_path}/no-such-folder/"
+                                   "keys.json: its folder does not exist")
+    assert not archive.exists()
