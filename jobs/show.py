@@ -63,7 +63,13 @@ def session_object(url: str, storage_options: dict[str, Any] | None = None
         info = loc.filesystem().info(loc.path)
     except storage_errors() as err:
         raise storage_error(err, url) from err
-    if info.get("type", "file") != "file":
+    kind = info.get("type", "file")
+    if kind not in ("file", "directory"):
+        # A FIFO, a device, a socket on a local disk: never opened (a FIFO would wait
+        # for a writer).
+        raise UsageError(f"{url}: not a regular file (a FIFO, a device or a socket); "
+                         "vakpipe reads ledger files")
+    if kind != "file":
         try:
             names = [posixpath.basename(n.rstrip("/"))
                      for n in loc.filesystem().ls(loc.path, detail=False)]

@@ -8,6 +8,7 @@ its replayed token count, under recorded plans, planner v1, cards, packets and r
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections import Counter
@@ -253,6 +254,10 @@ def test_show_what_is_not_a_ledger_is_exit_2(tmp_path: Path,
     one_error_line(capsys, "no such bucket or path")
     assert run(["show", str(tmp_path), "--scope", "t1/i1"]) == EXIT_UNUSABLE
     one_error_line(capsys, "a folder, not one ledger")
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)  # never opened: it would wait for a writer (it was called a folder)
+    assert run(["show", str(fifo), "--scope", "t1/i1"]) == EXIT_UNUSABLE
+    one_error_line(capsys, "not a regular file (a FIFO, a device or a socket)")
 
 
 def test_rendered_requests_are_what_replay_counted() -> None:
