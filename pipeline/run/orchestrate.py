@@ -587,21 +587,31 @@ def dask_client(
     scratch = (dask.config.get("temporary-directory", None)
                or os.path.join(tempfile.gettempdir(), "vakpipe-dask"))
     lifecycle.stage(lifecycle.STARTING_CLUSTER)
-    _quiet_scheduler()
+    # Quiet while it starts: a failure is the one line below, not the nannies' log of it.
+    _quiet_scheduler(logging.CRITICAL)
     with dask.config.set({"temporary-directory": scratch, "distributed.worker.daemon": True,
                           **WORKER_CONFIG}):
-        with lifecycle.children_ignore_interrupt():
-            cluster = LocalCluster(
-                n_workers=n,
-                threads_per_worker=1,
-                processes=processes,
-                # The scheduler's HTTP server (health, metrics) on a free loopback port:
-                # its default 8787 may be taken (a notebook's cluster, another run), and
-                # then Dask warns on stderr. No dashboard: bokeh is not installed.
-                dashboard_address="127.0.0.1:0",
-                local_directory=scratch,
-                **({"preload": [lifecycle.__name__]} if processes else {}),
-            )
+        try:
+            with lifecycle.children_ignore_interrupt():
+                cluster = LocalCluster(
+                    n_workers=n,
+                    threads_per_worker=1,
+                    processes=processes,
+                    # The scheduler's HTTP server (health, metrics) on a free loopback
+                    # port: its default 8787 may be taken (a notebook's cluster, another
+                    # run), and then Dask warns on stderr. No dashboard: bokeh is not
+                    # installed.
+                    dashboard_address="127.0.0.1:0",
+                    local_directory=scratch,
+                    **({"preload": [lifecycle.__name__]} if processes else {}),
+                )
+        except Exception as err:
+            # A Dask configuration the workers cannot start with (a memory target that
+            # is no number, in DASK_* or a YAML file): a traceback, exit 1, before.
+            raise ClusterError(f"the local Dask cluster did not start: {_cause(err)}; "
+                               "check the Dask configuration (DASK_* variables, "
+                               "DASK_CONFIG, ~/.config/dask)") from err
+        _quiet_scheduler()
         stopped = True
         try:
             with Client(cluster, set_as_default=False) as client:
@@ -665,6 +675,13 @@ def check_workers_code(client: Client, address: str) -> None:
         raise ClusterError(f"{len(other)} of {len(theirs)} workers of {address} run other "
                            f"vakpipe code than this command ({other[0]}: "
                            f"{printable(str(theirs[other[0]]), 40)}, here: {ours}): {advice}")
+
+
+def _cause(err: BaseException) -> str:
+    """``err`` and the first cause it was raised from, on one line."""
+    said = [f"{type(e).__name__}: {str(e).splitlines()[0]}" if str(e) else type(e).__name__
+            for e in (err, err.__cause__ or err.__context__) if e is not None]
+    return printable(" (from ".join(said) + (")" if len(said) > 1 else ""), 200)
 
 
 def _quiet_scheduler(level: int = logging.ERROR) -> None:

@@ -8,6 +8,7 @@ scheduler, an unreachable summariser, an output that takes no write); 3 partial.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -95,6 +96,24 @@ def test_2_an_unreachable_summariser_before_any_read(fleet: Path, tmp_path: Path
                                   "--model", "claude-sonnet-4-5"))
     assert "summariser endpoint http://127.0.0.1:" in line and "cannot connect" in line
     assert not (tmp_path / "o").exists()
+
+
+def test_2_a_dask_configuration_the_local_cluster_cannot_start_with(
+    fleet: Path, tmp_path: Path
+) -> None:
+    """A memory target that is no number (in DASK_* or a YAML file): the workers fail as
+    they start. It was distributed's traceback and exit 1 (--fail-on's code); now the
+    last line says what failed and where to look, exit 2. The workers' own log of it,
+    in their processes, still comes first."""
+    done = subprocess.run([vakpipe_exe(), "audit", str(fleet), "--out", str(tmp_path / "o"),
+                           "--workers", "1", "--no-progress"], capture_output=True, text=True,
+                          timeout=120, check=False,
+                          env={**os.environ, "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "abc"})
+    assert done.returncode == EXIT_UNUSABLE, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("vakpipe: error: the local Dask cluster did not start: "), last
+    assert "check the Dask configuration" in last
+    assert not (tmp_path / "o" / "_manifest.json").exists()
 
 
 def test_2_an_output_that_takes_no_write(fleet: Path, tmp_path: Path) -> None:
