@@ -666,10 +666,8 @@ def check_workers_code(client: Client, address: str) -> None:
     try:
         theirs = client.run(_workers_code_digest)
     except Exception as err:  # whatever the worker raised: its unpickling, its import
-        text = str(err).splitlines()[0] if str(err) else ""
         raise ClusterError(f"the workers of {address} cannot run this vakpipe's code "
-                           f"({type(err).__name__}: {printable(text, 120)}): {advice}"
-                           ) from err
+                           f"({printable(_said(err), 120)}): {advice}") from err
     other = sorted(worker for worker, digest in theirs.items() if digest != ours)
     if other:
         raise ClusterError(f"{len(other)} of {len(theirs)} workers of {address} run other "
@@ -677,11 +675,17 @@ def check_workers_code(client: Client, address: str) -> None:
                            f"{printable(str(theirs[other[0]]), 40)}, here: {ours}): {advice}")
 
 
+def _said(err: BaseException) -> str:
+    """``Type: the first line of its message`` (``Type`` alone when it has none)."""
+    text = str(err)
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
+
+
 def _cause(err: BaseException) -> str:
     """``err`` and the first cause it was raised from, on one line."""
-    said = [f"{type(e).__name__}: {str(e).splitlines()[0]}" if str(e) else type(e).__name__
-            for e in (err, err.__cause__ or err.__context__) if e is not None]
-    return printable(" (from ".join(said) + (")" if len(said) > 1 else ""), 200)
+    cause = err.__cause__ or err.__context__
+    return printable(_said(err) + (f" (from {_said(cause)})" if cause is not None else ""),
+                     200)
 
 
 def _quiet_scheduler(level: int = logging.ERROR) -> None:
