@@ -16,6 +16,7 @@ import click
 
 from pipeline.errors import UsageError
 from pipeline.io.storage import LARGEST_LINE_LIMIT, MAX_LINE_BYTES
+from pipeline.ledger.types import LARGEST_WINDOW
 
 if TYPE_CHECKING:
     from pipeline.run.replay_batches import ReplayOptions
@@ -31,9 +32,8 @@ prices_option = click.option(
     help="Your own price table (TOML), or an installed price-source plug-in "
          "(vakpipe plugins): its rules come first.")
 
-#: ``--window``'s tokens: past 2^62 the tables' 64-bit columns cannot hold the window,
-#: and every request's limit was written null.
-WINDOW = click.IntRange(min=1, max=2**62)
+#: ``--window``'s tokens, as a catalog rule's (:data:`LARGEST_WINDOW`).
+WINDOW = click.IntRange(min=1, max=LARGEST_WINDOW)
 
 #: Seconds between heartbeat lines when stderr is not a terminal (``--heartbeat``).
 DEFAULT_HEARTBEAT_S = 30.0

@@ -27,6 +27,10 @@ class Severity(enum.IntEnum):
 #: The largest token count read: what an int64 column holds. A larger one is no count
 #: vak writes (hostile or damaged input) and makes the whole ``usage`` object absent.
 MAX_TOKEN_COUNT = 2**63 - 1
+#: The largest model window (or output reserve) in tokens a catalog rule or ``--window``
+#: may give: one past MAX_TOKEN_COUNT was written null as every request's limit, and
+#: this leaves the sums made with it room in the same int64 columns.
+LARGEST_WINDOW = 2**62
 
 
 def token_count(v: object) -> int | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pipeline.errors import UsageError
+from pipeline.ledger.types import LARGEST_WINDOW
 from pipeline.replay.tokens import OFFLINE_ENCODINGS
 
 R = TypeVar("R")
@@ -202,9 +203,8 @@ _MODEL_RULE_KEYS = frozenset({"pattern", "input_limit", "output_reserve", "token
 
 def _count(entry: Mapping[str, Any], key: str, least: int) -> int:
     value = entry[key]
-    # int() would take 1.5 as 1 and true as 1; a window of 0 has no utilization; past
-    # 2^62 the tables' 64-bit columns cannot hold it (written null).
-    if type(value) is not int or not least <= value <= 2**62:
+    # int() would take 1.5 as 1 and true as 1; a window of 0 has no utilization.
+    if type(value) is not int or not least <= value <= LARGEST_WINDOW:
         raise ValueError(f"key '{key}' must be an integer from {least} to 2^62, "
                          f"got {value!r}")
     return value
