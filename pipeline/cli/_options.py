@@ -39,15 +39,25 @@ WINDOW = click.IntRange(min=1, max=LARGEST_WINDOW)
 DEFAULT_HEARTBEAT_S = 30.0
 
 
+class Seconds(click.FloatRange):
+    """A number of seconds in a range, NaN refused: no comparison holds for it, so the
+    range lets it through (``--heartbeat nan`` timed its waits at zero: ten thousand
+    heartbeat lines in a two-second run)."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        """``value`` as FloatRange converts it, unless it is NaN."""
+        seconds = super().convert(value, param, ctx)
+        if seconds != seconds:
+            self.fail("nan is not a number of seconds", param, ctx)
+        return seconds
+
+
 def _set_reporter(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     def store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         from pipeline.run import lifecycle
 
         reporter = lifecycle.current()
-        if name == "heartbeat" and value != value:
-            # NaN passes FloatRange (no comparison holds), then timed its waits at zero:
-            # ten thousand heartbeat lines in a two-second run.
-            raise click.BadParameter("nan is not a number of seconds", ctx, param)
         if name == "json_lines":
             reporter.json_lines = value == "json"
         elif value is not None:
@@ -83,7 +93,7 @@ progress_option = _options(
     click.option("--progress/--no-progress", default=None, callback=_set_reporter("progress"),
                  help="Progress bar labelled by stage (default: on a tty)."),
     # At most a day: past about 3e11 s the waits overflow the platform's time_t.
-    click.option("--heartbeat", type=click.FloatRange(min=0, max=86_400),
+    click.option("--heartbeat", type=Seconds(min=0, max=86_400),
                  default=DEFAULT_HEARTBEAT_S,
                  show_default=True, metavar="SECONDS", expose_value=False,
                  callback=_set_reporter("heartbeat"),
