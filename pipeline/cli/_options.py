@@ -28,9 +28,10 @@ storage_option = click.option(
 )
 prices_option = click.option(
     "--prices", "prices_path", default=None, type=click.Path(dir_okay=False),
-    metavar="FILE|PLUGIN",
-    help="Your own price table (TOML), or an installed price-source plug-in "
-         "(vakpipe plugins): its rules come first.")
+    metavar="FILE|SOURCE",
+    help="Your own price table (TOML), or a price source vakpipe plugins lists (a "
+         "plug-in, or genai-prices: its data before vakpipe's overrides): its rules "
+         "come first.")
 
 #: ``--window``'s tokens, as a catalog rule's (:data:`LARGEST_WINDOW`).
 WINDOW = click.IntRange(min=1, max=LARGEST_WINDOW)

@@ -11,12 +11,13 @@ from pipeline.cli._output import json_option, json_output
 
 def _builtin() -> dict[str, list[str]]:
     from pipeline.compaction.registry import SUMMARISERS
+    from pipeline.costs.pricing import BUILTIN_PRICE_SOURCES
     from pipeline.formats import FORMATS
     from pipeline.replay.projection import RULE_SETS
 
     return {"rule_sets": list(RULE_SETS), "summarisers": list(SUMMARISERS),
-            # the built-in prices are layers, not names: a --prices file or a plug-in
-            "price_sources": ["prices.toml", "genai-prices"],
+            # layers of every price table; --prices NAME tries that one first
+            "price_sources": list(BUILTIN_PRICE_SOURCES),
             "formats": ["vak", *(f.name for f in FORMATS)]}
 
 

@@ -748,9 +748,9 @@ def load_prices(override: str | Path | None = None, *, cache: bool = True
     ----------
     override : str or Path or None
         A user's price file (the shape of ``prices.toml``; its ``version`` and ``as_of``
-        are not read), or the name of an installed price-source plug-in (entry point
-        group ``vakpipe.price_sources``) when no file has that name: its table is tried
-        first.
+        are not read), or, when no file has that name, a built-in price source
+        (:data:`BUILTIN_PRICE_SOURCES`) or an installed price-source plug-in (entry point
+        group ``vakpipe.price_sources``): its table is tried first.
     cache : bool
         Keep genai-prices' resolved rules in :func:`price_cache_dir` (write them with
         :meth:`LayeredPriceTable.save_cache`); False: none.
@@ -765,11 +765,18 @@ def load_prices(override: str | Path | None = None, *, cache: bool = True
     Raises
     ------
     UsageError
-        A file cannot be read, or a key is missing or invalid (the message names the
-        file, the ``[[model]]`` entry and the key); genai-prices is not installed.
+        A file cannot be read (or there is none, nor a price source of that name), or a
+        key is missing or invalid (the message names the file, the ``[[model]]`` entry
+        and the key); genai-prices is not installed.
     """
-    if override is not None and _plugin_name(override):
-        return with_price_source(str(override), load_prices(None, cache=cache))
+    if override is not None and not Path(override).exists():
+        name = str(override)
+        if name in BUILTIN_PRICE_SOURCES:
+            return _builtin_first(name, load_prices(None, cache=cache))
+        if plugins.find("price_sources", name) is not None:
+            return with_price_source(name, load_prices(None, cache=cache))
+        raise UsageError(f"cannot read price table {name}: no such file, and no price source "
+                         "of that name (vakpipe plugins lists them)")
     own = load_toml_prices(override)
     assert own.as_of is not None  # load_toml_prices checked it
     genai = load_genai_prices(own.as_of, price_cache_dir() if cache else None)
@@ -782,11 +789,21 @@ def load_prices(override: str | Path | None = None, *, cache: bool = True
     return LayeredPriceTable((own, genai), version, own.as_of, source)
 
 
-def _plugin_name(override: str | Path) -> bool:
-    """Whether ``--prices`` names an installed price source rather than a file (a file
-    of that name wins)."""
-    text = str(override)
-    return not Path(text).exists() and plugins.find("price_sources", text) is not None
+#: The price sources built in, as ``vakpipe plugins`` lists them: both are layers of every
+#: table (vakpipe's overrides first); ``--prices NAME`` puts that one first.
+BUILTIN_PRICE_SOURCES = ("prices.toml", "genai-prices")
+
+
+def _builtin_first(name: str, base: LayeredPriceTable) -> LayeredPriceTable:
+    """``base`` (vakpipe's overrides, then genai-prices) with the built-in layer ``name``
+    tried first: the same table for ``prices.toml``, genai-prices' rules ahead of
+    vakpipe's overrides for ``genai-prices``."""
+    if name == "prices.toml":
+        return base
+    first = [layer for layer in base.layers if isinstance(layer, GenaiPriceTable)]
+    rest = [layer for layer in base.layers if not isinstance(layer, GenaiPriceTable)]
+    return LayeredPriceTable((*first, *rest), f"{base.version}+genai-prices-first",
+                             base.as_of, f"{base.source}, genai-prices tried first")
 
 
 def _price_source(obj: Any) -> str | None:

@@ -39,6 +39,7 @@ from pipeline.costs.pricing import (
     load_toml_prices,
     price,
 )
+from pipeline.errors import UsageError
 from tests.helpers.data_paths import REAL
 from tests.helpers.storage import run_vakpipe
 
@@ -184,6 +185,37 @@ def test_the_layers_name_their_source_and_version() -> None:
     assert LAYERED.source == (f"genai-prices {version} (bundled data, prices in force on "
                               f"{OWN.as_of}) + vakpipe overrides {OWN.version}")
     assert LAYERED.version == f"{OWN.version}+genai-prices-{version}"
+
+
+def test_each_built_in_price_source_vakpipe_plugins_lists_is_a_prices_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `vakpipe plugins` lists prices.toml and genai-prices as price sources: --prices
+    # takes either name (it once read each as a missing file, exit 2).
+    monkeypatch.chdir(tmp_path)
+    assert load_prices("prices.toml", cache=False) == load_prices(None, cache=False)
+    genai_first = load_prices("genai-prices", cache=False)
+    assert [type(t) for t in genai_first.layers] == [GenaiPriceTable, TomlPriceTable]
+    assert genai_first.version == f"{LAYERED.version}+genai-prices-first"
+    assert genai_first.source == f"{LAYERED.source}, genai-prices tried first"
+    # vakpipe's override keeps the long-context tier genai-prices lacks; genai-prices
+    # first prices by its own rule.
+    model = ("anthropic", "claude-sonnet-4-20250514")
+    assert genai_first.lookup(*model) == GENAI.lookup(*model) != LAYERED.lookup(*model)
+
+
+def test_a_prices_name_that_is_no_file_and_no_source_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"^cannot read price table genai-price: no such "
+                       r"file, and no price source of that name \(vakpipe plugins lists "
+                       r"them\)$"):
+        load_prices("genai-price", cache=False)
+    # A file of a built-in source's name is the user's file, read as one.
+    (tmp_path / "genai-prices").write_text('[[model]]\nprovider = "openai"\n'
+                                           'pattern = "gpt-4o"\ninput = 1\noutput = 2\n')
+    mine = load_prices("genai-prices", cache=False)
+    assert mine.version == f"{LAYERED.version}+genai-prices"
+    assert mine.lookup("openai", "gpt-4o").base.input == 1  # type: ignore[union-attr]
 
 
 def test_what_a_price_cannot_hold_is_unknown_not_mispriced() -> None:
@@ -353,6 +385,12 @@ def test_fail_on_unpriced_passes_once_a_users_file_prices_the_model(
     assert done.returncode == EXIT_OK, done.stderr
     assert "unknown model" not in done.stderr
     assert "+ your mine.toml" in (tmp_path / "r" / "report.html").read_text()
+
+
+def test_prices_takes_a_built_in_source_by_name(audited_real: Path, tmp_path: Path) -> None:
+    done = _cost(audited_real, tmp_path / "r", "--prices", "genai-prices")()
+    assert done.returncode == EXIT_OK, done.stderr
+    assert "genai-prices tried first" in (tmp_path / "r" / "report.html").read_text()
 
 
 def test_every_anthropic_rate_keeps_anthropics_cache_write_multipliers() -> None:
