@@ -313,4 +313,4 @@ def get_rule_set(name: str) -> RuleSet:
         return RULE_SETS[name]
     if plugins.find("rule_sets", name) is not None:
         return _plugin_rule_set(name)
-    raise ValueError(f"unknown projection rule set {name!r}; known: {rule_set_names()}")
+    raise ValueError(f"unknown projection rule set {name!r}; known: {', '.join(rule_set_names())}")

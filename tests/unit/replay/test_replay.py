@@ -276,3 +276,9 @@ def test_text_digest_is_the_plain_definition(pieces: list[str]) -> None:
             _text_digest(content)
         return
     assert _text_digest(content) == expected
+
+
+def test_an_unknown_rule_set_names_the_known_ones_as_a_summariser_does() -> None:
+    with pytest.raises(ValueError, match=r"^unknown projection rule set 'nope'; known: "
+                       r"v1, v1-terse-cards"):
+        get_rule_set("nope")
