@@ -33,6 +33,7 @@ from pipeline.costs.periods import day_range, with_periods, with_projects
 from pipeline.costs.pricing import LayeredPriceTable, load_prices
 from pipeline.costs.report import (
     CostReport,
+    check_window,
     drop_copies,
     in_window,
     price_usage,
@@ -339,8 +340,7 @@ def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,
     UsageError
         No committed usage table, a bad price file, ``since`` after ``until``.
     """
-    if since is not None and until is not None and since > until:
-        raise UsageError(f"--since {since} is after --until {until}")
+    check_window(since, until)
     prices = load_prices(prices_path)
     run, usage = usage_run(out)
     dest = report_dir or _default_dest(out)

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from jobs.cost_report import usage_run
 from pipeline.costs.otel import SEMCONV_VERSION, otel_table
 from pipeline.costs.pricing import load_prices
-from pipeline.costs.report import in_window
+from pipeline.costs.report import check_window, in_window
 from pipeline.errors import UsageError
 from pipeline.io.commit import check_reader_output
 from pipeline.io.files import write_file
@@ -83,6 +83,7 @@ def export_otel(out: Location, *, endpoint: str | None = None, dest: Location | 
     """
     if (endpoint is None) == (dest is None):
         raise UsageError("give one of --endpoint URL and --file PATH")
+    check_window(since, until)
     if endpoint is not None:
         traces_url(endpoint)  # a malformed URL is refused before anything is read
     run, usage = usage_run(out)

@@ -139,7 +139,7 @@ def _cost(doc: JsonDocument, source: str, run_out: str | None, since: datetime |
         unpriced_failure,
     )
     from pipeline.costs.periods import check_timezone
-    from pipeline.costs.report import parse_by
+    from pipeline.costs.report import check_window, parse_by
 
     options = parse_storage_options(storage_options)
     out = resolve(source, options)
@@ -152,8 +152,7 @@ def _cost(doc: JsonDocument, source: str, run_out: str | None, since: datetime |
         from jobs.audit import audit_job, print_summary, summary_json
         from pipeline.io.commit import read_manifest
 
-        if since is not None and until is not None and since > until:  # before the audit
-            raise UsageError(f"--since {since.date()} is after --until {until.date()}")
+        check_window(since and since.date(), until and until.date())  # before the audit
         if read_manifest(out) is not None:
             raise UsageError(f"{source} is a run's output, not an archive: price it with "
                              f"`vakpipe cost {source}` (--out is for an archive)")

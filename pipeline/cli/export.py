@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import click
 
-from pipeline.cli._options import prices_option, storage_option
+from pipeline.cli._options import Seconds, prices_option, storage_option
 from pipeline.cli._output import json_option, json_output
 from pipeline.errors import UsageError
 
@@ -16,13 +17,29 @@ def export() -> None:
     """Export a run's tables in other tools' formats."""
 
 
+#: An HTTP field name (RFC 9110 token) and a value of visible characters, spaces and tabs.
+_FIELD_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\U0010ffff]*")
+
+
 def _header(pairs: tuple[str, ...]) -> dict[str, str] | None:
+    from pipeline.io.storage import printable
+
     headers = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--header wants KEY=VALUE, got {key.strip()!r}…")
-        headers[key.strip()] = value
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--header wants KEY=VALUE, got '{printable(key)}'…")
+        # Refused here, where the message can name it: the exporter would fail each
+        # attempt and say only that the endpoint did not take the spans. The value is
+        # never shown (a token, often).
+        if not _FIELD_NAME.fullmatch(key):
+            raise UsageError(f"--header '{printable(key)}': not an HTTP header name")
+        if not _FIELD_VALUE.fullmatch(value):
+            raise UsageError(f"--header {key}: its value holds a line break or control "
+                             "character")
+        headers[key] = value
     return headers or None
 
 
@@ -36,7 +53,7 @@ def _header(pairs: tuple[str, ...]) -> dict[str, str] | None:
 @click.option("--header", "headers", multiple=True, metavar="KEY=VALUE",
               help="A request header for the endpoint (repeatable; default: the SDK's "
                    "OTEL_EXPORTER_OTLP_HEADERS). Never printed.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+@click.option("--timeout", type=Seconds(min=0.1, max=86_400), default=10.0, show_default=True,
               help="Seconds per OTLP request, retries included.")
 @click.option("--since", type=click.DateTime(["%Y-%m-%d"]), default=None,
               help="First day exported (UTC).")

@@ -103,6 +103,19 @@ def cost_schema(by: Sequence[str]) -> pa.Schema:
     return pa.schema([*keys, *_VALUE_FIELDS])
 
 
+def check_window(since: date | None, until: date | None) -> None:
+    """Refuse a window whose first day is after its last.
+
+    Raises
+    ------
+    UsageError
+        ``since`` is after ``until`` (a window of no day would report nothing, as if the
+        run held no usage).
+    """
+    if since is not None and until is not None and since > until:
+        raise UsageError(f"--since {since} is after --until {until}")
+
+
 def in_window(usage: pa.Table, since: date | None = None,
               until: date | None = None) -> pa.Table:
     """The rows of ``usage`` whose ``day`` is within [since, until] (both inclusive)."""

@@ -155,9 +155,13 @@ def traces_url(endpoint: str) -> str:
     UsageError
         Not an http(s) URL with a host.
     """
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UsageError(f"--endpoint {printable(shown_url(endpoint))!r}: not an http(s) URL")
+    try:  # urlsplit refuses a broken [IPv6] host; .port an out-of-range or non-number one
+        parts = urlsplit(endpoint)
+        port = parts.port
+    except ValueError as err:
+        raise UsageError(f"--endpoint '{printable(shown_url(endpoint))}': {err}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        raise UsageError(f"--endpoint '{printable(shown_url(endpoint))}': not an http(s) URL")
     path = parts.path if parts.path not in ("", "/") else "/v1/traces"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 

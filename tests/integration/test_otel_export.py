@@ -176,6 +176,30 @@ def test_a_refusing_or_dead_endpoint_is_one_line_and_exit_2(
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("bad, said", [
+    (["--endpoint", "http://[::1"], "--endpoint 'http://[::1': Invalid IPv6 URL"),
+    (["--endpoint", "http://h:99999"], "Port out of range"),
+    (["--endpoint", "http://h:x"], "Port could not be cast"),
+    (["--endpoint", "http://h:0"], "not an http(s) URL"),
+    (["--endpoint", "http://:80"], "not an http(s) URL"),
+    (["--endpoint", "http://h", "--header", "a b=c"], "--header 'a b': not an HTTP header"),
+    (["--endpoint", "http://h", "--header", "x-key=sek\r\nX-Evil: 1"],
+     "--header x-key: its value holds a line break"),
+    (["--file", "x.json", "--since", "2026-12-01", "--until", "2026-11-01"],
+     "--since 2026-12-01 is after --until 2026-11-01"),
+    (["--endpoint", "http://h", "--timeout", "nan"], "nan is not a number of seconds"),
+    (["--endpoint", "http://h", "--timeout", "inf"], "not in the range"),
+])
+def test_a_malformed_option_is_one_line_and_exit_2_before_anything_is_sent(
+        audited: Path, capsys: pytest.CaptureFixture[str], bad: list[str], said: str) -> None:
+    # Each once failed late (a traceback, or every attempt refused and reported as the
+    # endpoint not taking the spans) or, for the window, exported nothing with exit 0.
+    assert run(["export", "otel", str(audited), *bad]) == EXIT_UNUSABLE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert said in err[-1] and "Traceback" not in "".join(err), err
+    assert "sek" not in "".join(err)  # a header's value is never printed
+
+
 def test_otlp_json_and_parquet_files(audited: Path, tmp_path: Path) -> None:
     doc_path, pq_path = tmp_path / "x" / "spans.json", tmp_path / "spans.parquet"
     assert run(["export", "otel", str(audited), "--file", str(doc_path)]) == EXIT_OK
