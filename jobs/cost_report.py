@@ -291,15 +291,10 @@ def read_budget_file(path: str, storage_options: dict[str, Any] | None = None
     BudgetFileError
         It is no budget file (:func:`pipeline.costs.budgets.load_budgets`).
     """
-    from pipeline.io.storage import resolve
+    from pipeline.io.storage import read_user_file
 
-    where = resolve(path, dict(storage_options or {}))
-    failures: tuple[type[BaseException], ...] = (*storage_errors(), IsADirectoryError)
-    try:
-        data = where.filesystem().cat_file(where.path)
-    except failures as err:
-        raise UsageError(f"--budgets {path}: cannot read it ({type(err).__name__})") from err
-    return load_budgets(data, f"--budgets {path}")
+    return load_budgets(read_user_file(path, f"--budgets {path}", storage_options),
+                        f"--budgets {path}")
 
 
 def cost_job(out: Location, *, by: Sequence[str], since: date | None = None,

@@ -152,7 +152,7 @@ def keys_option(f: F) -> F:
     @functools.wraps(f)
     def run_with_keys(*args: Any, keys_path: str | None, vak_key_file: str | None,
                       vak_tenant: str | None, **kwargs: Any) -> Any:
-        from pipeline.io.segments import load_keys
+        from pipeline.io.keyfiles import load_keys
         from pipeline.io.storage import use_keys
 
         use_keys(load_keys(keys_path, vak_key_file, vak_tenant))

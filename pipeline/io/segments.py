@@ -16,14 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.errors import UsageError
-from pipeline.ledger.keys import (
-    KeyProvider,
-    StaticKeys,
-    keys_from_json,
-    open_key_file,
-    vak_scope_keys,
-)
+from pipeline.ledger.keys import KeyProvider
 from pipeline.ledger.segments import (
     SegmentCheckpoint,
     SegmentLines,
@@ -201,64 +194,3 @@ def segment_lines(fs: Any, path: str, keys: KeyProvider | None, *, local: bool,
     return read_segment_ledger(listed.names, read, keys, previous=previous,
                                members=listed.members if version is not None else None
                                ).map(guard)
-
-
-#: The environment variable vak's key file passphrase is read from (never a flag: a
-#: command line shows in ``ps`` and in shell history).
-PASSPHRASE_ENV = "VAKPIPE_KEY_PASSPHRASE"
-
-
-def _read_text(url: str, what: str) -> bytes:
-    from fsspec.core import url_to_fs
-
-    try:
-        fs, path = url_to_fs(url)
-        return bytes(fs.cat_file(path))
-    except (OSError, ValueError) as err:
-        raise UsageError(f"cannot read {what} {url!r}: {type(err).__name__}") from None
-
-
-def load_keys(keys: str | None = None, key_file: str | None = None,
-              tenant: str | None = None) -> StaticKeys | None:
-    """The key provider of a command: ``--keys`` (a JSON object, scope -> hex key), and/or
-    vak's own key material (``--vak-key-file``, its passphrase from
-    :data:`PASSPHRASE_ENV`, with the tenant home ``--vak-tenant`` holding
-    ``keys/scopes/``); ``None`` when neither is given.
-
-    Raises
-    ------
-    UsageError
-        A file cannot be read or is malformed, the passphrase is missing or wrong, or a
-        key file is given without its tenant home (no message quotes key material).
-    """
-    provider: StaticKeys | None = None
-    if keys is not None:
-        provider = keys_from_json(_read_text(keys, "the keys file"), f"--keys {keys}")
-    if key_file is not None or tenant is not None:
-        if key_file is None or tenant is None:
-            raise UsageError("--vak-key-file and --vak-tenant go together: the key file "
-                             "holds the KEKs, the tenant home the wrapped scope keys")
-        passphrase = os.environ.get(PASSPHRASE_ENV)
-        if not passphrase:
-            raise UsageError(f"--vak-key-file needs its passphrase in ${PASSPHRASE_ENV}")
-        text = _read_text(key_file, "the vak key file").decode("utf-8", "replace")
-        keks = open_key_file(text, passphrase)
-        from fsspec.core import url_to_fs
-
-        fs, home = url_to_fs(tenant)
-        wrapped: dict[str, bytes] = {}
-        tombstones: list[str] = []
-        for sub, into in (("keys", wrapped), ("tombstones", None)):
-            folder = f"{home.rstrip('/')}/keys/scopes/{sub}"
-            try:
-                names = [posixpath.basename(n) for n in fs.ls(folder, detail=False)]
-            except (OSError, ValueError):
-                continue  # none of that kind
-            for name in names:
-                if into is None:
-                    tombstones.append(name)
-                else:
-                    into[name] = bytes(fs.cat_file(f"{folder}/{name}"))
-        vak = vak_scope_keys(keks, wrapped, tombstones)
-        provider = vak if provider is None else vak.merged(provider)
-    return provider

@@ -1244,3 +1244,47 @@ def _expired_errors() -> tuple[type[BaseException], ...]:
     except ImportError:  # pragma: no cover - s3fs is only needed for s3://
         return ()
     return (FileExpired,)
+
+
+def read_user_file(url: str, what: str, storage_options: dict[str, Any] | None = None
+                   ) -> bytes:
+    """The bytes of a small file a user names (a keys file, a budget file; any fsspec
+    URL, a pipe of the shell's ``<(...)`` too), at most
+    :data:`~pipeline.ledger.types.USER_FILE_LIMIT` of them read.
+
+    Parameters
+    ----------
+    url : str
+        The file.
+    what : str
+        The file as messages name it (``"the keys file 'k.json'"``).
+    storage_options : dict, optional
+        fsspec options of ``url``.
+
+    Raises
+    ------
+    UsageError
+        ``cannot read <what>: <error type>`` (no message quotes the file's bytes: key
+        material), or it is larger than the limit (a device, a ledger named by mistake).
+    """
+    where = resolve(url, dict(storage_options or {}))
+    # fsspec's local files seek to their end when opened, which a pipe cannot
+    return read_small(None if where.protocol == "file" else where.filesystem(), where.path,
+                      what)
+
+
+def read_small(fs: Any, path: str, what: str) -> bytes:
+    """:func:`read_user_file` of ``path`` on the fsspec filesystem ``fs`` (``None``: the
+    local one, read as a stream)."""
+    from pipeline.ledger.types import USER_FILE_LIMIT
+
+    failures: tuple[type[BaseException], ...] = (*storage_errors(), ValueError)
+    try:
+        with open(path, "rb") if fs is None else fs.open(path, "rb") as stream:
+            data = stream.read(USER_FILE_LIMIT + 1)
+    except failures as err:
+        raise UsageError(f"cannot read {what}: {type(err).__name__}") from None
+    if len(data) > USER_FILE_LIMIT:
+        raise UsageError(f"cannot read {what}: larger than {USER_FILE_LIMIT >> 20} MiB, "
+                         "which no such file is")
+    return bytes(data)

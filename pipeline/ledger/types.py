@@ -31,6 +31,11 @@ MAX_TOKEN_COUNT = 2**63 - 1
 #: may give: one past MAX_TOKEN_COUNT was written null as every request's limit, and
 #: this leaves the sums made with it room in the same int64 columns.
 LARGEST_WINDOW = 2**62
+#: The most bytes read of a small file a user names (``--keys``, ``--vak-key-file`` and
+#: its tenant's scope keys, ``--budgets``, ``--prices``, ``--catalog``): far past any
+#: such file, so that a device (``/dev/zero`` was read until the kernel killed the
+#: process) or a ledger named by mistake is refused, never read whole.
+USER_FILE_LIMIT = 16 * 2**20
 
 
 def token_count(v: object) -> int | None:

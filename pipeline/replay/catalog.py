@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pipeline.errors import UsageError
-from pipeline.ledger.types import LARGEST_WINDOW
+from pipeline.ledger.types import LARGEST_WINDOW, USER_FILE_LIMIT
 from pipeline.replay.tokens import OFFLINE_ENCODINGS
 
 R = TypeVar("R")
@@ -164,7 +164,12 @@ def load_rule_file(resource: str, table: str, parse: Callable[[Mapping[str, Any]
     version = str(shipped.get("version", ""))
     if override is not None:
         try:
-            user = tomllib.loads(Path(override).read_text("utf-8"))
+            with open(override, "rb") as stream:  # a pipe of the shell's <(...) too
+                data = stream.read(USER_FILE_LIMIT + 1)
+            if len(data) > USER_FILE_LIMIT:
+                raise UsageError(f"cannot read {what} {override}: larger than "
+                                 f"{USER_FILE_LIMIT >> 20} MiB, which no {what} is")
+            user = tomllib.loads(data.decode("utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
             raise UsageError(f"cannot read {what} {override}: {err}") from err
         # A misspelt table ([models.x], [[modle]]) would otherwise be read as no rule at
