@@ -49,6 +49,10 @@ API_KEY_ENV = "VAKPIPE_SUMMARISER_API_KEY"
 ENDPOINT_PATH = "/chat/completions"
 #: Statuses retried: rate limited, and every server error.
 RETRY_STATUSES = frozenset({429, *range(500, 600)})
+#: The most bytes of an answer read: a summary is a few thousand tokens, and an endpoint
+#: that streams without end (a proxy's error page looping, a misrouted download) must
+#: not fill a worker's memory.
+ANSWER_LIMIT = 16 * 2**20
 #: The system message: what a packet summary is for, and what it must keep.
 INSTRUCTIONS = (
     "You compact the history of an AI agent's session. The user message lists a range "
@@ -223,7 +227,16 @@ class HttpSummariser:
         try:
             resp = self._http().request("POST", self.url, body=orjson.dumps(self.body(request)),
                                         headers=headers, timeout=self.timeout, retries=retry,
-                                        redirect=False)
+                                        redirect=False, preload_content=False)
+            data = b""
+            try:
+                data = resp.read(ANSWER_LIMIT + 1)
+            finally:  # read(n) stops short only at the end: a connection with an answer
+                # left unread is closed, never put back in the pool
+                if len(data) <= ANSWER_LIMIT:
+                    resp.release_conn()
+                else:
+                    resp.close()
         except MaxRetryError as err:
             raise SummariserError(f"{where}: {self._cause(err.reason)} "
                                   f"(retries allowed: {self.retries})") from err
@@ -234,8 +247,11 @@ class HttpSummariser:
             tried = (f"after {len(history) + 1} attempts" if resp.status in RETRY_STATUSES
                      else "not retried")
             raise SummariserError(f"{where}: HTTP {resp.status} ({tried}): "
-                                  f"{_excerpt(resp.data)}")
-        return self._summary(resp.data, where, request.target_tokens)
+                                  f"{_excerpt(data)}")
+        if len(data) > ANSWER_LIMIT:
+            raise SummariserError(f"{where}: an answer larger than {ANSWER_LIMIT >> 20} MiB "
+                                  f"(no summary is): {_excerpt(data)}")
+        return self._summary(data, where, request.target_tokens)
 
     def probe(self) -> None:
         """Check once, before any session is read, that the endpoint answers at all.

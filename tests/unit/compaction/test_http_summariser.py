@@ -212,3 +212,20 @@ def test_pickles_before_and_after_use_without_the_key(server: Server,
     assert copy.summarise(request()).text == Reply().text
     assert len(server.seen) == 3
     assert all(s.headers["Authorization"] == "Bearer sk-very-secret" for s in server.seen)
+
+
+def test_an_endless_answer_is_cut_at_the_limit_and_the_connection_dropped(
+        server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pipeline.compaction.http as http
+
+    monkeypatch.setattr(http, "ANSWER_LIMIT", 1000)
+    ok = Reply().payload()
+    server.replies = [Reply(body=b"x" * 5000), Reply(body=ok), Reply(body=b"y" * 1000)]
+    s = summariser(server.base)
+    with pytest.raises(SummariserError, match=r"an answer larger than 0 MiB \(no summary is\)"):
+        s.summarise(request())
+    # The next request is answered whole, not from the bytes the first left unread.
+    assert s.summarise(request()).text.startswith("Turns t1-t2")
+    with pytest.raises(SummariserError, match="malformed answer"):  # at the limit: read
+        s.summarise(request())
+    assert len(server.seen) == 3
