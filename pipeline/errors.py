@@ -52,6 +52,11 @@ class CommitError(PipelineError, OSError):
     """A run's staged output could not be committed; the previous output stands."""
 
 
+class ConcurrentRunError(CommitError):
+    """Another run committed under the output while this one went on: this one is not
+    committed, never silently replacing it (one run at a time per output)."""
+
+
 class ClusterError(PipelineError, OSError):
     """The Dask scheduler to join cannot be reached."""
 

@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import (
     CommitError,
+    ConcurrentRunError,
     CorruptManifestError,
     CorruptTableError,
     PipelineError,
@@ -395,6 +396,9 @@ class StagedRun:
     #: File datasets (compacted ledgers): paths relative to the dataset folder, written
     #: by the workers under :meth:`stage_dir`.
     _files: dict[str, set[str]] = field(default_factory=dict)
+    #: The run in force under ``OUT`` when :meth:`preflight` read it (``(None,)``: none);
+    #: ``None`` until then.
+    _base: tuple[Any] | None = None
 
     @property
     def stage_path(self) -> str:
@@ -445,7 +449,9 @@ class StagedRun:
         """
         self.out.check_inside(self.out.join(MANIFEST))
         try:
-            paths = self._paths(self._previous(), set(files))
+            previous = self._previous()
+            self._base = (_run_id(previous),)
+            paths = self._paths(previous, set(files))
             if root is not None:
                 check_output(root, self.out, [path for path, _ in paths])
         except storage_errors() as err:
@@ -581,7 +587,9 @@ class StagedRun:
         rows: dict[str, int] = {}
         try:
             self._previous_or_aside()
-            self._paths(self._previous(), set())
+            current = self._previous()
+            self._check_alone(current)
+            self._paths(current, set())
             moves: list[tuple[str, str]] = []
             for dataset, parts in self._parts.items():
                 final_dir = self.out.join(dataset)
@@ -640,9 +648,21 @@ class StagedRun:
             self._write(self.out.join(SUCCESS), self.run_id.encode())
             self._remove_stale_staging()
             self.abort()
+        except ConcurrentRunError:
+            raise
         except storage_errors() as err:
             raise CommitError(f"{self.out.url}: commit of run {self.run_id} failed: {err}") from err
         return manifest
+
+    def _check_alone(self, current: dict[str, Any] | None) -> None:
+        """Refuse to replace a run that committed under ``OUT`` after :meth:`preflight`
+        read the output: another run went on beside this one."""
+        if self._base is None or _run_id(current) == self._base[0]:
+            return
+        raise ConcurrentRunError(
+            f"{self.out.url}: run {_run_id(current)} committed here while run "
+            f"{self.run_id} went on (one run at a time per output); this run was not "
+            "committed, the output holds the other")
 
     def _remove_dataset_folder(self, dataset: str) -> None:
         """Remove the folder of a dataset the previous run wrote and this one does not

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import pipeline.run.orchestrate as orchestrate
 from pipeline.errors import (
     CommitError,
+    ConcurrentRunError,
     CorruptManifestError,
     CorruptTableError,
     OutputInsideArchiveError,
@@ -123,6 +124,31 @@ def test_commit_publishes_manifest_success_and_readable_datasets(where: Places) 
         assert direct.schema == schema
         assert plain_rows(direct) == plain_rows(table)
     assert sorted(read_dataset(out, SESSIONS)["session_path"].to_pylist()) == ["a", "b", "c"]
+
+
+def test_a_run_does_not_commit_over_one_that_committed_beside_it(where: Places) -> None:
+    # Two runs on one OUT at once: the later commit once replaced the earlier one's
+    # tables, and both said where their tables were. Delta's rule for an overwrite that
+    # meets a concurrent commit: the later one fails, nothing of it lands.
+    out = where.out
+    staged(out, "run-0", {0: ["z"]}).commit({})
+    slow, fast = staged(out, "run-1", {0: ["a"]}), staged(out, "run-2", {0: ["b"]})
+    slow.preflight()
+    fast.preflight()
+    fast.commit({})
+    with pytest.raises(ConcurrentRunError, match=r": run run-2 committed here while run "
+                       r"run-1 went on \(one run at a time per output\); this run was not "
+                       r"committed, the output holds the other$"):
+        slow.commit({})
+    slow.abort()
+    assert isinstance(ConcurrentRunError("x"), CommitError)  # exit 2, as a failed commit
+    assert read_manifest(out)["run_id"] == "run-2"  # type: ignore[index]
+    assert read_dataset(out, SESSIONS)["session_path"].to_pylist() == ["b"]
+    assert not any("run-1" in path for path in snapshot(out))
+    # One run after another, each read at its preflight, commits as ever.
+    after = staged(out, "run-3", {0: ["c"]})
+    after.preflight()
+    assert after.commit({})["run_id"] == "run-3"
 
 
 def test_commit_of_a_run_without_rows_writes_empty_datasets(where: Places) -> None:
