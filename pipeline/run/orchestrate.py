@@ -627,6 +627,7 @@ def dask_client(
 
 
 @lru_cache(maxsize=1)
+@lru_cache(maxsize=1)
 def code_digest() -> str:
     """A digest of the vakpipe code this process runs: its version and the source of
     every module of :mod:`pipeline` (read once, ~5 ms), 16 hex digits."""
@@ -662,7 +663,7 @@ def check_workers_code(client: Client, address: str) -> None:
         older vakpipe, or none).
     """
     ours = code_digest()
-    advice = "install this vakpipe on the workers, or run without --scheduler"
+    advice = _CODE_ADVICE
     try:
         theirs = client.run(_workers_code_digest)
     except Exception as err:  # whatever the worker raised: its unpickling, its import
@@ -673,6 +674,32 @@ def check_workers_code(client: Client, address: str) -> None:
         raise ClusterError(f"{len(other)} of {len(theirs)} workers of {address} run other "
                            f"vakpipe code than this command ({other[0]}: "
                            f"{printable(str(theirs[other[0]]), 40)}, here: {ours}): {advice}")
+
+
+_CODE_ADVICE = "install this vakpipe on the workers, or run without --scheduler"
+
+
+def check_own_code(expected: str) -> None:
+    """On a worker, before its task: refuse to run when this process's vakpipe code is
+    not the command's (``expected``, its :func:`code_digest`). The command checks the
+    workers connected when it starts (:func:`check_workers_code`); this catches those
+    that join later.
+
+    Raises
+    ------
+    ClusterError
+        This process runs other code (no row of it reaches the run).
+    """
+    ours = code_digest()
+    if ours != expected:
+        try:
+            from distributed import get_worker
+
+            where = f"worker {get_worker().address}"
+        except (ImportError, ValueError):
+            where = "a worker"
+        raise ClusterError(f"{where} runs other vakpipe code than this command ({ours}, "
+                           f"here: {expected}): {_CODE_ADVICE}")
 
 
 def _said(err: BaseException) -> str:
@@ -848,11 +875,15 @@ class PackedBatch:
 
 
 def shipped(task: Callable[..., BatchResult], root: Location, index: int, batch: PackedBatch,
-            *args: Any) -> ShippedResult:
+            *args: Any, code: str | None = None) -> ShippedResult:
     """``task(root, index, batch, *args)`` on its packed batch, :func:`redacted`, then
     :func:`ship`: what every task of a run runs on its worker, the cyclic collector
     paused for the whole task (its objects' blocks collecting the young generations as
-    each ends: :mod:`pipeline.run.collector`)."""
+    each ends: :mod:`pipeline.run.collector`). With ``code`` (the command's
+    :func:`code_digest`), refused on a worker that runs other code
+    (:func:`check_own_code`)."""
+    if code is not None:
+        check_own_code(code)
     with cyclic_gc_paused():
         return ship(redacted(task, root, index, batch.objects(), *args))
 
@@ -967,18 +998,21 @@ def run_batches(
                      else DaskExecutor(cast("Client", executor)))
     batches = plan_batches(listing.sessions, run.workers)
     planned: dict[Any, tuple[int, list[SessionObject]]] = {}
+    # Workers in other processes check they run this code (one may join mid-run).
+    code = code_digest() if isinstance(run, DaskExecutor) else None
 
     def submit(index: int, batch: list[SessionObject]) -> Any:
         packed = PackedBatch.of(batch)
         if replay is None:
-            handle = run.submit(shipped, audit_batch, root, index, packed, context)
+            handle = run.submit(shipped, audit_batch, root, index, packed, context,
+                                code=code)
         else:
             from pipeline.run.replay_batches import replay_batch
 
             handle = run.submit(shipped, replay_batch, root, index, packed, replay,
                                 None if previous is None else
                                 {o.key.path: previous.get(o.key.path) for o in batch},
-                                context)
+                                context, code=code)
         planned[handle.key] = (index, batch)
         return handle
 

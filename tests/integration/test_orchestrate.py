@@ -610,6 +610,27 @@ def test_a_scheduler_whose_workers_run_other_vakpipe_code_is_refused(
         pass
 
 
+def test_a_worker_that_joins_with_other_code_runs_no_task(
+    scheduler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connect check sees the workers there at the start; one that joins later is
+    refused by its first task. Simulated as the connect test is: the command's digest is
+    patched here only, and the client is made without the connect check."""
+    root = tmp_path / "archive"
+    write_fleet(resolve(str(root)), sessions=4, seed=5, size_scale=0.2)
+    listing = enumerate_sessions(resolve(str(root)))
+    monkeypatch.setattr(orchestrate, "code_digest", lambda: "0" * 16)
+    with Client(scheduler, set_as_default=False) as client:
+        with pytest.raises(ClusterError, match=r"^worker tcp://\S+ runs other vakpipe code "
+                           r"than this command \([0-9a-f]{16}, here: 0{16}\): install "
+                           r"this vakpipe on the workers, or run without --scheduler$"):
+            orchestrate.run_batches(client, resolve(str(root)), listing, lambda _: None,
+                                    progress=False)
+    with pytest.raises(ClusterError, match=r"^a worker runs other vakpipe code"):
+        shipped(audit_batch, resolve(str(root)), 0, PackedBatch.of(listing.sessions),
+                code="1" * 16)  # in a process that is no worker
+
+
 def test_dask_client_uses_the_configured_temporary_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
