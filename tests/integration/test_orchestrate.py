@@ -620,12 +620,13 @@ def test_a_worker_that_joins_with_other_code_runs_no_task(
     write_fleet(resolve(str(root)), sessions=4, seed=5, size_scale=0.2)
     listing = enumerate_sessions(resolve(str(root)))
     monkeypatch.setattr(orchestrate, "code_digest", lambda: "0" * 16)
-    with Client(scheduler, set_as_default=False) as client:
-        with pytest.raises(ClusterError, match=r"^worker tcp://\S+ runs other vakpipe code "
-                           r"than this command \([0-9a-f]{16}, here: 0{16}\): install "
-                           r"this vakpipe on the workers, or run without --scheduler$"):
-            orchestrate.run_batches(client, resolve(str(root)), listing, lambda _: None,
-                                    progress=False)
+    refused = (r"^worker tcp://\S+ runs other vakpipe code than this command "
+               r"\([0-9a-f]{16}, here: 0{16}\): install this vakpipe on the workers, or run "
+               r"without --scheduler$")
+    with (Client(scheduler, set_as_default=False) as client,
+          pytest.raises(ClusterError, match=refused)):
+        orchestrate.run_batches(client, resolve(str(root)), listing, lambda _: None,
+                                progress=False)
     with pytest.raises(ClusterError, match=r"^a worker runs other vakpipe code"):
         shipped(audit_batch, resolve(str(root)), 0, PackedBatch.of(listing.sessions),
                 code="1" * 16)  # in a process that is no worker
