@@ -36,17 +36,28 @@ class _Commands(click.Group):
         """Run the command inside the lifecycle."""
         from pipeline.run import lifecycle
 
-        try:
-            with lifecycle.reporting(lifecycle.Reporter(heartbeat=DEFAULT_HEARTBEAT_S)), \
-                    lifecycle.handle_signals():
-                return super().invoke(ctx)
-        except PipelineError as err:
-            _fail(err, ctx)
-        except lifecycle.Interrupted as stop:
-            click.echo(stop.line(), err=True)
-            sys.exit(stop.exit_code)
-        except BrokenPipeError:
-            _reader_gone()
+        with lifecycle.reporting(lifecycle.Reporter(heartbeat=DEFAULT_HEARTBEAT_S)) as reporter:
+            try:
+                with lifecycle.handle_signals():
+                    result = super().invoke(ctx)
+            except PipelineError as err:
+                reporter.end(EXIT_UNUSABLE, str(err))
+                _fail(err, ctx)
+            except lifecycle.Interrupted as stop:
+                reporter.end(stop.exit_code, stop.line().removeprefix("vakpipe: "))
+                click.echo(stop.line(), err=True)
+                sys.exit(stop.exit_code)
+            except BrokenPipeError:
+                reporter.end(EXIT_PIPE_CLOSED)
+                _reader_gone()
+            except SystemExit as stop:  # a command's own exit (1, 3, 4) after its run
+                reporter.end(stop.code if isinstance(stop.code, int) else EXIT_UNUSABLE)
+                raise
+            except Exception as err:  # a bug: its traceback follows, exit 1
+                reporter.end(1, f"{type(err).__name__}: {str(err).partition(chr(10))[0]}")
+                raise
+            reporter.end(0)
+            return result
 
 
 def _reader_gone() -> None:

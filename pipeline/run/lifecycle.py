@@ -97,6 +97,9 @@ class Reporter:
         self.current = SETUP
         self.sessions_total = self.bytes_total = 0
         self.sessions_done = self.bytes_done = 0
+        #: How the command ended (:meth:`end`), for the last JSON line.
+        self.exit_code: int | None = None
+        self.error: str | None = None
         self._started = time.monotonic()
         self._reading_since: float | None = None
         self._bar: tqdm | None = None
@@ -152,10 +155,18 @@ class Reporter:
                 "bytes_done": self.bytes_done, "bytes_total": self.bytes_total,
                 "rate_bytes_per_s": round(rate), "eta_s": eta}
 
+    def end(self, exit_code: int, error: str | None = None) -> None:
+        """Say how the command ended: its exit code and, when it failed, the one line
+        saying why; the last JSON line (``done``, or ``failed``) carries them."""
+        self.exit_code, self.error = exit_code, error
+
     def _emit(self, event: str) -> None:
         s = self.snapshot()
         if self.json_lines:
-            line = json.dumps({"event": event, "ts": round(time.time(), 3), **s})
+            ending = ({} if event not in ("done", "failed") or self.exit_code is None
+                      else {"exit": self.exit_code} if self.error is None
+                      else {"exit": self.exit_code, "error": self.error})
+            line = json.dumps({"event": event, "ts": round(time.time(), 3), **s, **ending})
         else:
             eta = f", ETA {s['eta_s']:.0f}s" if s["eta_s"] is not None else ""
             line = (f"vakpipe: {s['stage']}: {s['sessions_done']:,}/{s['sessions_total']:,} "
@@ -182,7 +193,8 @@ class Reporter:
         self._ticker.start()
 
     def close(self) -> None:
-        """Stop the ticker, clear the bar; with JSON lines, a last ``done`` line."""
+        """Stop the ticker, clear the bar; with JSON lines, a last ``done`` line (after a
+        run) or ``failed`` line (whatever the stage: a collector sees why it ended)."""
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join(timeout=2)
@@ -190,6 +202,8 @@ class Reporter:
             if self._bar is not None:
                 self._bar.close()
                 self._bar = None
+            elif self.json_lines and self.error is not None:
+                self._emit("failed")
             elif self.json_lines and self.current != SETUP:
                 self._emit("done")
 

@@ -90,6 +90,9 @@ def test_a_signal_stops_the_run_cleanly(fleet: Path, tmp_path: Path, sig: signal
     after = ("the run was committed before stopping" if committed
              else "previous output intact")
     assert plain == [f"vakpipe: interrupted ({sig.name}) during {stage}; {after}"], stderr
+    last = json.loads([x for x in stderr.splitlines() if x.startswith("{")][-1])
+    assert (last["event"], last["exit"], last["error"]) == (
+        "failed", 128 + sig, f"interrupted ({sig.name}) during {stage}; {after}")
     assert not list((out / "_staging").glob("*")) if (out / "_staging").exists() else True
     if committed:
         assert (out / "_manifest.json").read_bytes() != before
@@ -114,8 +117,31 @@ def test_heartbeats_as_json_lines_and_no_dask_noise(fleet: Path, tmp_path: Path)
     # "1", a run whose bytecode was cached could end before its first heartbeat).
     assert any(e["event"] == "heartbeat" for e in events)
     last = events[-1]
-    assert last["event"] == "done"
+    assert (last["event"], last["exit"]) == ("done", 0) and "error" not in last
     assert last["sessions_done"] == last["sessions_total"] == 60
     assert last["bytes_done"] > 0 and last["bytes_done"] == last["bytes_total"]
     for e in events:
         assert {"ts", "elapsed_s", "rate_bytes_per_s", "eta_s"} <= e.keys()
+
+
+def test_the_last_json_line_says_how_the_command_ended(tmp_path: Path) -> None:
+    # A collector reading only the JSON lines once saw "done" after a run that failed.
+    gone = subprocess.run(
+        [vakpipe_exe(), "audit", str(tmp_path / "gone"), "--out", str(tmp_path / "o"),
+         "--log-format", "json"], capture_output=True, text=True, timeout=120, check=False)
+    assert gone.returncode == 2, gone.stderr
+    *_, said, last = gone.stderr.splitlines()
+    assert said == f"vakpipe: error: root {tmp_path / 'gone'} does not exist"
+    event = json.loads(last)
+    assert (event["event"], event["exit"], event["error"]) == (
+        "failed", 2, said.removeprefix("vakpipe: error: "))
+    # A completed run's own exit code (1: --fail-on matched) is in its done line.
+    faulty = tmp_path / "faulty"
+    write_fleet(resolve(str(faulty)), sessions=12, seed=5, faults=True, size_scale=0.2)
+    matched = subprocess.run(
+        [vakpipe_exe(), "audit", str(faulty), "--out", str(tmp_path / "m"), "--workers", "0",
+         "--log-format", "json", "--fail-on", "error"],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert matched.returncode == 1, matched.stderr
+    event = json.loads(matched.stderr.splitlines()[-1])
+    assert (event["event"], event["exit"]) == ("done", 1) and "error" not in event
