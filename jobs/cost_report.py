@@ -48,6 +48,7 @@ from pipeline.io.commit import (
     check_reader_output,
     check_report_folder,
     open_run,
+    special_file,
     write_small_file,
 )
 from pipeline.io.storage import Location, storage_error, storage_errors
@@ -201,6 +202,8 @@ def read_report_manifest(dest: Location) -> dict[str, Any] | None:
     """The manifest of the cost report under ``dest`` (``OUT/cost``), or ``None`` when
     there is none or it is not one (a report of an older vakpipe, a damaged file)."""
     failures: tuple[type[BaseException], ...] = (*storage_errors(), ValueError)
+    if special_file(dest, dest.join(MANIFEST)) is not None:
+        return None  # a device or FIFO is no report's (the report's write refuses it)
     try:
         raw = dest.filesystem().cat_file(dest.join(MANIFEST))
         manifest = json.loads(raw)

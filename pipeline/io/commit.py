@@ -250,16 +250,34 @@ def _refuse_special_file(path: str) -> None:
     file in its place (as root, ``--file /dev/full`` replaced the device node; ``/dev/null``
     would have gone the same way). A folder is left to the rename, which refuses it."""
     try:
-        mode = os.lstat(path).st_mode
+        kind = _special_kind(os.lstat(path).st_mode)
     except FileNotFoundError:
         return
+    if kind is not None:
+        raise UnsafeOutputError(f"{printable(path)} is {kind}, not a file vakpipe may "
+                                "replace; refused, nothing written there")
+
+
+def _special_kind(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is neither a regular file nor a folder."""
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return
-    kind = ("a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+        return None
+    return ("a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
             "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
             "not a regular file")
-    raise UnsafeOutputError(f"{printable(path)} is {kind}, not a file vakpipe may replace; "
-                            "refused, nothing written there")
+
+
+def special_file(out: Location, path: str) -> str | None:
+    """What the file a reader would read at ``path`` below a local ``out`` is, through
+    any link, when it is a device, a FIFO or a socket (its read could block for ever,
+    or never end: ``/dev/zero`` as a manifest was read until the kernel killed the
+    process); ``None`` for a regular file, a folder, an absent path or an object store."""
+    if out.protocol != "file":
+        return None
+    try:
+        return _special_kind(os.stat(path).st_mode)
+    except OSError:
+        return None  # absent, or a dangling link: the read says so
 
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -786,6 +804,9 @@ def _read_part(fs: Any, path: str, columns: list[str] | None = None) -> pa.Table
 def _load_manifest(out: Location) -> dict[str, Any] | None:
     """The checked manifest under ``out`` (:func:`parse_manifest`), or ``None``."""
     path = out.join(MANIFEST)
+    kind = special_file(out, path)
+    if kind is not None:
+        raise CorruptManifestError(f"{printable(path)} is {kind}, not a manifest; not read")
     try:
         raw = out.filesystem().cat_file(path)
     except FileNotFoundError:
@@ -881,14 +902,21 @@ class CommittedRun:
                 raise CorruptTableError(
                     f"{self.location.url}: its {dataset} Delta table is gone, though its "
                     "nights table names it") from err
+        paths = [self.location.join(dataset, name) for name in entry["files"]]
+        for path in paths:
+            kind = special_file(self.location, path)
+            if kind is not None:
+                raise CorruptTableError(
+                    f"{self.location.url}: its {dataset} table is damaged ({printable(path)} "
+                    f"is {kind}, not a part; not read); write the run again (the command "
+                    "that wrote it)")
         try:
             fs = self.location.filesystem()
             # A listing this process cached before the run committed would not know its
             # files.
             fs.invalidate_cache(self.location.join(dataset))
             return pa.concat_tables(map_io(
-                self.location, partial(_read_part, fs, columns=columns),
-                [self.location.join(dataset, name) for name in entry["files"]]))
+                self.location, partial(_read_part, fs, columns=columns), paths))
         except FileNotFoundError as err:
             if _run_id(read_manifest(self.location)) == _run_id(self.manifest):
                 raise CorruptTableError(

@@ -703,3 +703,40 @@ def test_a_part_deleted_by_hand_is_a_damaged_table_not_a_replaced_run(where: Pla
     out.filesystem().rm_file(out.join(SESSIONS, run.datasets[SESSIONS]["files"][0]))
     with pytest.raises(CorruptTableError, match="a file its manifest names is gone"):
         run.read(SESSIONS)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_manifest_or_part_that_is_no_regular_file_is_refused_unread(
+        tmp_path: Path, kind: str) -> None:
+    """A reader once read ``/dev/zero`` linked as ``_manifest.json`` until the kernel
+    killed it, and waited for ever on a FIFO there (a run's preflight too)."""
+    out = resolve(str(tmp_path / "out"))
+
+    def plant(path: str) -> None:
+        os.unlink(path)
+        if kind == "fifo":
+            os.mkfifo(path)
+        else:
+            os.symlink("/dev/zero", path)
+
+    manifest = staged(out, "run-1", {0: ["a"]}).commit({})
+    part = out.join(SESSIONS, manifest["datasets"][SESSIONS]["files"][0])
+    plant(part)
+    said = "a FIFO" if kind == "fifo" else "a device"
+    run = open_run(out)
+    assert run is not None
+    with pytest.raises(CorruptTableError, match=rf"its {SESSIONS} table is damaged \(.* is "
+                       rf"{said}, not a part; not read\)"):
+        run.read(SESSIONS)
+    plant(out.join(MANIFEST))
+    with pytest.raises(CorruptManifestError, match=rf"_manifest.json is {said}, not a "
+                       "manifest; not read"):
+        read_manifest(out)
+    if kind == "fifo":  # a link is refused as a link; a FIFO there is set aside by --force
+        with pytest.raises(CorruptManifestError):
+            staged(out, "run-2", {0: ["b"]}).preflight()
+        with recovering_manifests():
+            again = staged(out, "run-3", {0: ["b"]})
+            again.preflight()
+            assert again.commit({})["run_id"] == "run-3"
+        assert (tmp_path / "out" / f"{MANIFEST}.corrupt-run-3").is_fifo()
