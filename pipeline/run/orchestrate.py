@@ -541,6 +541,24 @@ def executor_for(listing: Listing, scheduler: str | None = None, workers: int | 
         yield DaskExecutor(client)
 
 
+def _connect(address: str) -> Client:
+    """A client of the scheduler at ``address`` that closes itself when it cannot start
+    (a ``tls://`` address without Dask's TLS settings, say): a half-made client's
+    finaliser waited out a 20 s timeout at exit, then printed its traceback."""
+    from distributed import Client
+
+    class ClosingClient(Client):
+        def start(self, **kwargs: Any) -> Any:
+            try:
+                return super().start(**kwargs)
+            except BaseException:
+                with suppress(Exception):
+                    self.close(timeout=2)
+                raise
+
+    return ClosingClient(address, set_as_default=False, timeout=CONNECT_TIMEOUT_S)
+
+
 @contextmanager
 def dask_client(
     scheduler: str | None = None, workers: int | None = None, processes: bool = True
@@ -570,7 +588,7 @@ def dask_client(
             raise ClusterError(f"bad Dask scheduler address {address!r}: {err} "
                                "(expected e.g. tcp://10.0.0.5:8786)") from err
         try:
-            remote = Client(address, set_as_default=False, timeout=CONNECT_TIMEOUT_S)
+            remote = _connect(address)
         except (OSError, TimeoutError, ValueError, TypeError) as err:
             # distributed's connect timeout is an OSError; a malformed address a
             # ValueError or TypeError from its address parser.

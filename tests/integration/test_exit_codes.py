@@ -89,6 +89,16 @@ def test_2_an_unreachable_scheduler(fleet: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "o" / "_staging").exists()
 
 
+def test_2_a_tls_scheduler_without_tls_settings_in_one_line(fleet: Path,
+                                                            tmp_path: Path) -> None:
+    # The client that could not start once waited out a 20 s timeout at exit, then
+    # printed its finaliser's traceback under the error line.
+    line = one_error_line(vakpipe("audit", str(fleet), "--out", str(tmp_path / "o"),
+                                  "--scheduler", f"tls://127.0.0.1:{free_port()}"))
+    assert "cannot reach the Dask scheduler 'tls://127.0.0.1:" in line
+    assert "TLS expects a `ssl_context`" in line
+
+
 def test_2_an_unreachable_summariser_before_any_read(fleet: Path, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     line = one_error_line(vakpipe("compact", str(fleet), "--out", str(tmp_path / "o"),
