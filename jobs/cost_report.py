@@ -154,7 +154,9 @@ def publish(dest: Location, files: dict[str, bytes], *, run_id: str | None = Non
     Every path is checked first (a link refused before anything is written); then each
     file is written under a temporary name and renamed onto its own
     (:func:`~pipeline.io.commit.write_small_file`: no link followed, a reader never sees
-    half a file), then ``dest/_manifest.json`` names the files and the ``run_id`` they
+    half a file), the previous report's manifest removed first (a failure between two
+    files leaves no manifest vouching for a mix of two reports), then
+    ``dest/_manifest.json`` names the files and the ``run_id`` they
     describe (the report in force), then the files the previous report's manifest named
     and this one does not are removed. ``base`` is the output every path must lie below
     (``OUT`` for the default ``OUT/cost``; ``dest`` itself for ``--report-dir``). A
@@ -179,6 +181,11 @@ def publish(dest: Location, files: dict[str, bytes], *, run_id: str | None = Non
         base.check_inside(dest.join(name))
     written = []
     try:
+        if previous is not None:
+            # Its files are about to be replaced one by one: a failure between two (a
+            # full disk at report.html) must not leave the old manifest vouching for a
+            # mix of two reports. Without one, the files say they describe no known run.
+            dest.filesystem().rm_file(dest.join(MANIFEST))
         for name, data in files.items():
             write_small_file(base, dest.join(name), data)
             # The URL as the user gave it (an S3 path without its s3:// is no address).

@@ -458,6 +458,39 @@ def test_a_report_with_a_link_among_its_files_writes_none_of_them(tmp_path: Path
     assert outside.read_bytes() == b"keep"
 
 
+def test_a_report_cut_short_leaves_no_manifest_vouching_for_a_mix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disk that fills at report.html once left the new tables beside the previous
+    report's page and manifest, which still named the previous run."""
+    import errno
+
+    import jobs.cost_report as cost_report
+    from jobs.cost_report import COSTS_CSV, COSTS_PARQUET, REPORT_HTML, publish
+    from pipeline.errors import StorageError
+
+    dest = resolve(str(tmp_path / "cost"))
+    publish(dest, {COSTS_PARQUET: b"old", COSTS_CSV: b"old", REPORT_HTML: b"old"},
+            run_id="run-1")
+    assert cost_report.read_report_manifest(dest)["run_id"] == "run-1"  # type: ignore[index]
+    real = cost_report.write_small_file
+
+    def full_at_the_page(out: Any, path: str, data: bytes) -> str:
+        if path.endswith(REPORT_HTML):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(out, path, data)
+
+    monkeypatch.setattr(cost_report, "write_small_file", full_at_the_page)
+    with pytest.raises(StorageError, match="No space left on device"):
+        publish(dest, {COSTS_PARQUET: b"new", COSTS_CSV: b"new", REPORT_HTML: b"new"},
+                run_id="run-2")
+    assert cost_report.read_report_manifest(dest) is None
+    assert (tmp_path / "cost" / COSTS_PARQUET).read_bytes() == b"new"
+    monkeypatch.setattr(cost_report, "write_small_file", real)
+    publish(dest, {COSTS_PARQUET: b"new", COSTS_CSV: b"new", REPORT_HTML: b"new"},
+            run_id="run-2")
+    assert cost_report.read_report_manifest(dest)["run_id"] == "run-2"  # type: ignore[index]
+
+
 @pytest.mark.parametrize("command", [
     ["cost", "OUT", "--report-dir", "ARCHIVE/report"],
     ["dashboard", "OUT", "--html", "ARCHIVE/page.html"],
