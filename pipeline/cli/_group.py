@@ -51,10 +51,19 @@ class _Commands(click.Group):
                 reporter.end(EXIT_PIPE_CLOSED)
                 _reader_gone()
             except SystemExit as stop:  # a command's own exit (1, 3, 4) after its run
-                reporter.end(stop.code if isinstance(stop.code, int) else EXIT_UNUSABLE)
+                reporter.end(stop.code if isinstance(stop.code, int) else
+                             0 if stop.code is None else EXIT_UNUSABLE)
+                raise
+            except click.ClickException as err:  # an option's value refused: click says it
+                reporter.end(err.exit_code, err.format_message())
+                raise
+            except click.exceptions.Exit as stop:
+                reporter.end(stop.exit_code)
                 raise
             except Exception as err:  # a bug: its traceback follows, exit 1
-                reporter.end(1, f"{type(err).__name__}: {str(err).partition(chr(10))[0]}")
+                first = str(err).partition("\n")[0]
+                reporter.end(1, f"{type(err).__name__}: {first}" if first
+                             else type(err).__name__)
                 raise
             reporter.end(0)
             return result
