@@ -645,7 +645,6 @@ def dask_client(
 
 
 @lru_cache(maxsize=1)
-@lru_cache(maxsize=1)
 def code_digest() -> str:
     """A digest of the vakpipe code this process runs: its version and the source of
     every module of :mod:`pipeline` (read once, ~5 ms), 16 hex digits."""
@@ -659,6 +658,10 @@ def code_digest() -> str:
         digest.update(path.relative_to(package).as_posix().encode() + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+#: What a refusal of workers that run other code advises.
+_CODE_ADVICE = "install this vakpipe on the workers, or run without --scheduler"
 
 
 def _workers_code_digest() -> str:
@@ -681,20 +684,16 @@ def check_workers_code(client: Client, address: str) -> None:
         older vakpipe, or none).
     """
     ours = code_digest()
-    advice = _CODE_ADVICE
     try:
         theirs = client.run(_workers_code_digest)
     except Exception as err:  # whatever the worker raised: its unpickling, its import
         raise ClusterError(f"the workers of {address} cannot run this vakpipe's code "
-                           f"({printable(_said(err), 120)}): {advice}") from err
+                           f"({printable(_said(err), 120)}): {_CODE_ADVICE}") from err
     other = sorted(worker for worker, digest in theirs.items() if digest != ours)
     if other:
         raise ClusterError(f"{len(other)} of {len(theirs)} workers of {address} run other "
                            f"vakpipe code than this command ({other[0]}: "
-                           f"{printable(str(theirs[other[0]]), 40)}, here: {ours}): {advice}")
-
-
-_CODE_ADVICE = "install this vakpipe on the workers, or run without --scheduler"
+                           f"{printable(str(theirs[other[0]]), 40)}, here: {ours}): {_CODE_ADVICE}")
 
 
 def check_own_code(expected: str) -> None:
