@@ -201,11 +201,34 @@ def scheduler_address(scheduler: str | None = None) -> str | None:
     address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
     if address or not _dask_yaml_present():
         return address
-    import dask
-
-    dask.config.refresh()
-    found: str | None = dask.config.get("scheduler-address", None)
+    found: str | None = _dask_configured().config.get("scheduler-address", None)
     return found
+
+
+#: Where a Dask configuration comes from, for the lines that ask to check it.
+_DASK_CONFIG_PLACES = "check the Dask configuration (DASK_* variables, DASK_CONFIG, ~/.config/dask)"
+
+
+def _dask_configured() -> Any:
+    """dask, imported, its YAML files and ``DASK_*`` variables read again (they may have
+    changed since it was imported: a long-lived process, a test's environment).
+
+    Raises
+    ------
+    ClusterError
+        A configuration file does not parse (dask reads them at its import: that was a
+        traceback from the import, exit 1).
+    """
+    try:
+        import dask
+
+        dask.config.refresh()
+    except ValueError as err:  # dask.config's own: "A dask config file at ... is malformed"
+        said = str(err).partition("\n")[0].removesuffix(", original error message:")
+        raise ClusterError(f"the Dask configuration does not read: "
+                           f"{printable(said or type(err).__name__, 200)}; "
+                           f"{_DASK_CONFIG_PLACES}") from err
+    return dask
 
 
 def _dask_yaml_present() -> bool:
@@ -571,7 +594,7 @@ def dask_client(
     system's temporary directory. A scheduler that does not answer within
     :data:`CONNECT_TIMEOUT_S` is a :class:`~pipeline.errors.ClusterError`.
     """
-    import dask
+    dask = _dask_configured()
     from distributed import Client, LocalCluster
 
     address = scheduler_address(scheduler)
@@ -599,9 +622,6 @@ def dask_client(
             yield client
         return
     n = workers or local_cores()
-    # Re-read the YAML files and DASK_* variables: they may have changed since dask was
-    # imported (a long-lived process, a test's environment).
-    dask.config.refresh()
     scratch = (dask.config.get("temporary-directory", None)
                or os.path.join(tempfile.gettempdir(), "vakpipe-dask"))
     lifecycle.stage(lifecycle.STARTING_CLUSTER)
@@ -627,8 +647,7 @@ def dask_client(
             # A Dask configuration the workers cannot start with (a memory target that
             # is no number, in DASK_* or a YAML file): a traceback, exit 1, before.
             raise ClusterError(f"the local Dask cluster did not start: {_cause(err)}; "
-                               "check the Dask configuration (DASK_* variables, "
-                               "DASK_CONFIG, ~/.config/dask)") from err
+                               f"{_DASK_CONFIG_PLACES}") from err
         _quiet_scheduler()
         stopped = True
         try:

@@ -126,6 +126,27 @@ def test_2_a_dask_configuration_the_local_cluster_cannot_start_with(
     assert not (tmp_path / "o" / "_manifest.json").exists()
 
 
+@pytest.mark.parametrize("where", ["file", "folder"])
+def test_2_a_dask_configuration_file_that_does_not_parse(fleet: Path, tmp_path: Path,
+                                                         where: str) -> None:
+    """dask reads its YAML files at its import: a malformed one was the import's
+    traceback, exit 1. A folder's file is read only when it may set the scheduler's
+    address (so a small run in this process looks at it); a run with a cluster always."""
+    bad = tmp_path / "dask" / "bad.yaml"
+    bad.parent.mkdir()
+    bad.write_text("scheduler-address: [tcp://x\n" if where == "folder" else
+                   "distributed: [1, 2\n")
+    config = str(bad if where == "file" else bad.parent)
+    line = one_error_line(subprocess.run(
+        [vakpipe_exe(), "audit", str(fleet), "--out", str(tmp_path / "o"), "--no-progress",
+         *(["--workers", "1"] if where == "file" else [])],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "DASK_CONFIG": config}))
+    assert line == (f"vakpipe: error: the Dask configuration does not read: A dask config "
+                    f"file at '{bad}' is malformed; check the Dask configuration (DASK_* "
+                    "variables, DASK_CONFIG, ~/.config/dask)")
+
+
 def test_2_an_output_that_takes_no_write(fleet: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
