@@ -18,7 +18,9 @@ from pipeline.errors import UsageError
 from pipeline.io.storage import read_user_file, resolve
 from pipeline.ledger.types import USER_FILE_LIMIT
 from pipeline.synth.fleet import write_fleet
+from pipeline.synth.local_s3 import LocalS3
 from pipeline.synth.segments import keys_json, segment_ledger, write_segment_ledger
+from tests.helpers.storage import BUCKET
 
 PRICES = b'[[model]]\nprovider = "anthropic"\npattern = "claude-*"\ninput = 1\noutput = 2\n'
 BUDGETS = b'[[budget]]\nperiod = "month"\nlimit = 1000\n'
@@ -99,3 +101,20 @@ def test_the_limit_is_the_last_byte_read(tmp_path: Path) -> None:
         read_user_file(str(tmp_path / "gone"), "the file 'gone'")
     with pytest.raises(UsageError, match=r"^cannot read the folder: IsADirectoryError$"):
         read_user_file(str(tmp_path), "the folder")
+
+
+def test_a_small_file_on_s3_is_read_and_bounded_the_same(
+        s3: LocalS3, monkeypatch: pytest.MonkeyPatch) -> None:
+    import s3fs
+
+    import pipeline.ledger.types as types
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs.pipe_file(f"{BUCKET}/budgets.toml", BUDGETS)
+    url = f"s3://{BUCKET}/budgets.toml"
+    assert read_user_file(url, "--budgets") == BUDGETS
+    monkeypatch.setattr(types, "USER_FILE_LIMIT", len(BUDGETS) - 1)
+    with pytest.raises(UsageError, match=r"^cannot read --budgets: larger than 0 MiB"):
+        read_user_file(url, "--budgets")
+    with pytest.raises(UsageError, match=r"^cannot read --budgets: FileNotFoundError$"):
+        read_user_file(f"s3://{BUCKET}/nope.toml", "--budgets")
