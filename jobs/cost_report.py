@@ -185,7 +185,8 @@ def publish(dest: Location, files: dict[str, bytes], *, run_id: str | None = Non
             # Its files are about to be replaced one by one: a failure between two (a
             # full disk at report.html) must not leave the old manifest vouching for a
             # mix of two reports. Without one, the files say they describe no known run.
-            dest.filesystem().rm_file(dest.join(MANIFEST))
+            with contextlib.suppress(FileNotFoundError):
+                dest.filesystem().rm_file(dest.join(MANIFEST))
         for name, data in files.items():
             write_small_file(base, dest.join(name), data)
             # The URL as the user gave it (an S3 path without its s3:// is no address).
