@@ -17,7 +17,7 @@ import click
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.errors import CorruptManifestError, UsageError
+from pipeline.errors import CommitError, CorruptManifestError, UsageError
 from pipeline.io.commit import (
     CommittedRun,
     StagedRun,
@@ -219,8 +219,13 @@ def regression_job(root: Location, out: Location, candidate: ReplayOptions, *,
     except BaseException:
         staged.abort()
         raise
-    write_small_file(out, out.join(SUMMARY_FILE),
-                     json.dumps(report.as_dict(), indent=1).encode())
+    try:  # the manifest holds the same report: this file is its copy for a reader
+        write_small_file(out, out.join(SUMMARY_FILE),
+                         json.dumps(report.as_dict(), indent=1).encode())
+    except storage_errors() as err:
+        raise CommitError(f"{out.url}: the regression table was committed, but "
+                          f"{SUMMARY_FILE} could not be written (its run manifest holds the "
+                          f"same summary): {err}") from err
     return report
 
 

@@ -342,6 +342,32 @@ def test_both_replays_share_one_cluster_and_a_small_archive_starts_none(
         assert committed_rows(resolve(str(tmp_path / out / "candidate")), "requests")
 
 
+def test_a_summary_file_that_cannot_be_written_says_the_table_was_committed(
+        fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    import jobs.regression_check as regression_check
+
+    real = regression_check.write_small_file
+
+    def full(out: Any, path: str, data: bytes) -> str:
+        if path.endswith("regression-summary.json"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(out, path, data)
+
+    monkeypatch.setattr(regression_check, "write_small_file", full)
+    capsys.readouterr()
+    assert run(["regress", str(fleet), "--out", str(tmp_path / "r"), "--candidate", "v1",
+                "--no-progress"]) == EXIT_UNUSABLE
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"vakpipe: error: {tmp_path / 'r'}: the regression table was "
+                           "committed, but regression-summary.json could not be written "
+                           "(its run manifest holds the same summary): "), last
+    assert "No space left on device" in last
+    assert committed_rows(resolve(str(tmp_path / "r")), "regression")
+
+
 def test_on_s3(s3: LocalS3, scheduler: str, capsys: pytest.CaptureFixture[str]) -> None:
     archive = f"s3://{BUCKET}/archive"
     write_fleet(resolve(archive), sessions=3, seed=12, size_scale=0.3)
