@@ -63,6 +63,7 @@ from pipeline.io.storage import (
     storage_errors,
     unsafe_segment,
 )
+from pipeline.tables.schemas import OUTPUT_DATASETS
 
 MANIFEST = "_manifest.json"
 #: A night's folder in a nightly output of the partitions layout (``nightly --format
@@ -915,8 +916,10 @@ class CommittedRun:
             # A listing this process cached before the run committed would not know its
             # files.
             fs.invalidate_cache(self.location.join(dataset))
-            return pa.concat_tables(map_io(
+            table = pa.concat_tables(map_io(
                 self.location, partial(_read_part, fs, columns=columns), paths))
+            self._check_columns(dataset, table, columns)
+            return table
         except FileNotFoundError as err:
             if _run_id(read_manifest(self.location)) == _run_id(self.manifest):
                 raise CorruptTableError(
@@ -931,6 +934,26 @@ class CommittedRun:
             raise CorruptTableError(
                 f"{self.location.url}: its {dataset} table is damaged ({printable(text, 200)});"
                 " write the run again (the command that wrote it)") from err
+
+    def _check_columns(self, dataset: str, table: pa.Table, columns: list[str] | None) -> None:
+        """Refuse a table whose parts lack a column of its dataset's schema, or hold one
+        of another type: read on, a report would fail at the first use of that column
+        with a traceback (one dataset's part copied over another's, a part of another
+        tool)."""
+        expected = OUTPUT_DATASETS.get(dataset)
+        if expected is None:
+            return
+        for name in columns or expected.names:
+            if expected.get_field_index(name) < 0:
+                continue
+            want = expected.field(name).type
+            got = (table.schema.field(name).type if name in table.column_names else None)
+            if got != want:
+                why = (f"no column {name!r}" if got is None
+                       else f"its column {name!r} is {got}, not {want}")
+                raise CorruptTableError(
+                    f"{self.location.url}: its {dataset} table is damaged ({why}); write "
+                    "the run again (the command that wrote it)")
 
     def read_optional(self, dataset: str) -> pa.Table | None:
         """:meth:`read`, or ``None`` when the run did not write ``dataset``."""

@@ -740,3 +740,26 @@ def test_a_manifest_or_part_that_is_no_regular_file_is_refused_unread(
             again.preflight()
             assert again.commit({})["run_id"] == "run-3"
         assert (tmp_path / "out" / f"{MANIFEST}.corrupt-run-3").is_fifo()
+
+
+def test_a_part_of_another_table_is_refused_as_damaged(where: Places) -> None:
+    """A part that reads as Parquet but holds another dataset's columns (one part copied
+    over another's) made each report fail at its first use of a column: a KeyError
+    traceback. It is a damaged table, named, exit 2."""
+    out = where.out
+    manifest = staged(out, "run-1", {0: ["a"]}).commit({})
+    fs = out.filesystem()
+    usage = out.join("usage", manifest["datasets"]["usage"]["files"][0])
+    sessions = out.join(SESSIONS, manifest["datasets"][SESSIONS]["files"][0])
+    fs.pipe_file(usage, fs.cat_file(sessions))
+    run = open_run(out)
+    assert run is not None
+    with pytest.raises(CorruptTableError, match=r"its usage table is damaged \(no column "):
+        run.read("usage")
+    retyped = session_rows("a").set_column(
+        SESSIONS_SCHEMA.get_field_index("lines"), "lines", pa.array(["three"]))
+    fs.pipe_file(sessions, encode_part(retyped, retyped.schema).data)
+    with pytest.raises(CorruptTableError, match=r"its integrity/sessions table is damaged "
+                       r"\(its column 'lines' is string, not "):
+        run.read(SESSIONS)
+    assert run.read(SESSIONS, ["session_path"]).num_rows == 1  # the columns asked for
