@@ -57,7 +57,7 @@ from pipeline.ledger.layout import (
     segment_member,
 )
 from pipeline.ledger.segments import SegmentCheckpoint, is_ledger, is_member
-from pipeline.ledger.types import OversizeLine
+from pipeline.ledger.types import OversizeLine, read_user_bytes
 
 #: Protocols whose paths are object keys under a bucket, with no folders to create.
 OBJECT_STORES = frozenset({"s3", "gs", "gcs", "az", "abfs", "abfss"})
@@ -1276,15 +1276,11 @@ def read_user_file(url: str, what: str, storage_options: dict[str, Any] | None =
 def read_small(fs: Any, path: str, what: str) -> bytes:
     """:func:`read_user_file` of ``path`` on the fsspec filesystem ``fs`` (``None``: the
     local one, read as a stream)."""
-    from pipeline.ledger.types import USER_FILE_LIMIT
-
     failures: tuple[type[BaseException], ...] = (*storage_errors(), ValueError)
     try:
         with open(path, "rb") if fs is None else fs.open(path, "rb") as stream:
-            data = stream.read(USER_FILE_LIMIT + 1)
+            return read_user_bytes(stream, what)
+    except UsageError:
+        raise  # past the limit: a ValueError, said as it is
     except failures as err:
         raise UsageError(f"cannot read {what}: {type(err).__name__}") from None
-    if len(data) > USER_FILE_LIMIT:
-        raise UsageError(f"cannot read {what}: larger than {USER_FILE_LIMIT >> 20} MiB, "
-                         "which no such file is")
-    return bytes(data)

@@ -1,14 +1,17 @@
 """Domain records shared by every layer: severities, finding codes, findings, and the
 marker of a line too long to read.
 
-Pure module: no IO, no third-party imports.
+Pure module: no IO of its own (:func:`read_user_bytes` reads only the stream it is
+handed), no third-party imports.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
+
+from pipeline.errors import UsageError
 
 
 class Severity(enum.IntEnum):
@@ -36,6 +39,22 @@ LARGEST_WINDOW = 2**62
 #: such file, so that a device (``/dev/zero`` was read until the kernel killed the
 #: process) or a ledger named by mistake is refused, never read whole.
 USER_FILE_LIMIT = 16 * 2**20
+
+
+def read_user_bytes(stream: BinaryIO, what: str) -> bytes:
+    """At most :data:`USER_FILE_LIMIT` bytes of ``stream``, a small file a user names
+    (``what``, as messages name it); more is refused, never read.
+
+    Raises
+    ------
+    UsageError
+        ``stream`` holds more than the limit.
+    """
+    data = stream.read(USER_FILE_LIMIT + 1)
+    if len(data) > USER_FILE_LIMIT:
+        raise UsageError(f"cannot read {what}: larger than {USER_FILE_LIMIT >> 20} MiB, "
+                         "which no such file is")
+    return bytes(data)
 
 
 def token_count(v: object) -> int | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pipeline.errors import UsageError
-from pipeline.ledger.types import LARGEST_WINDOW, USER_FILE_LIMIT
+from pipeline.ledger.types import LARGEST_WINDOW, read_user_bytes
 from pipeline.replay.tokens import OFFLINE_ENCODINGS
 
 R = TypeVar("R")
@@ -165,10 +165,7 @@ def load_rule_file(resource: str, table: str, parse: Callable[[Mapping[str, Any]
     if override is not None:
         try:
             with open(override, "rb") as stream:  # a pipe of the shell's <(...) too
-                data = stream.read(USER_FILE_LIMIT + 1)
-            if len(data) > USER_FILE_LIMIT:
-                raise UsageError(f"cannot read {what} {override}: larger than "
-                                 f"{USER_FILE_LIMIT >> 20} MiB, which no {what} is")
+                data = read_user_bytes(stream, f"{what} {override}")
             user = tomllib.loads(data.decode("utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
             raise UsageError(f"cannot read {what} {override}: {err}") from err
