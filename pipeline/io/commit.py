@@ -947,7 +947,7 @@ class CommittedRun:
             if expected.get_field_index(name) < 0:
                 continue
             want = expected.field(name).type
-            got = (table.schema.field(name).type if name in table.column_names else None)
+            got = table.schema.field(name).type if name in table.column_names else None
             if got != want:
                 why = (f"no column {name!r}" if got is None
                        else f"its column {name!r} is {got}, not {want}")

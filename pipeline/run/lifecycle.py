@@ -163,10 +163,12 @@ class Reporter:
     def _emit(self, event: str) -> None:
         s = self.snapshot()
         if self.json_lines:
-            ending = ({} if event not in ("done", "failed") or self.exit_code is None
-                      else {"exit": self.exit_code} if self.error is None
-                      else {"exit": self.exit_code, "error": self.error})
-            line = json.dumps({"event": event, "ts": round(time.time(), 3), **s, **ending})
+            record = {"event": event, "ts": round(time.time(), 3), **s}
+            if event in ("done", "failed") and self.exit_code is not None:
+                record["exit"] = self.exit_code
+                if self.error is not None:
+                    record["error"] = self.error
+            line = json.dumps(record)
         else:
             eta = f", ETA {s['eta_s']:.0f}s" if s["eta_s"] is not None else ""
             line = (f"vakpipe: {s['stage']}: {s['sessions_done']:,}/{s['sessions_total']:,} "
